@@ -1,0 +1,55 @@
+# sm-llm-exporter: `make test` sets up everything it needs on a fresh machine, then tests.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# Debian packages the tests start for real; apt-installed when missing and run as root.
+DEB_PACKAGES ?=
+
+.PHONY: all venv deps test lint typecheck pytest run bench clean
+
+all: test
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "apt-get install:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else \
+	    echo "missing Debian packages:$$missing (run make as root to install them)"; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: venv
+	$(BIN)/ruff check exporter tests bench
+	$(BIN)/ruff format --check exporter tests bench
+
+typecheck: venv
+	$(BIN)/mypy exporter tests bench
+
+pytest: venv deps
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+# The daemon on the embedded demo (three nodes, no sm-llm unit or SSH needed).
+run: venv
+	$(BIN)/sm-llm-exporter report --since 2026-09-22T07:32:55 --until 2026-09-22T08:45:10 \
+	  $(foreach n,0 1 2,--input node$(n)=exporter/demo/node$(n).log)
+
+bench: venv
+	$(BIN)/python bench/report.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,331 @@
+"""Pure, exact accounting: intervals and events in, every number the exporter shows out.
+
+No clock and no I/O: whoever drives it passes `now_us`. All times are integer microseconds.
+Per-request counters count when the request's timing line arrives. The timeline figures (each
+node's busy seconds, seconds with exactly k nodes busy, seconds per mix of kinds) are final up
+to the watermark (DESIGN §4) and are swept exactly, segment by segment, from the intervals that
+reach past it; the part of an interval behind the watermark when it arrives is late and counted
+apart.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from exporter.kinds import Kinds
+from exporter.logline import Event, EventKind, Interval, Record
+
+SECOND = 1_000_000
+START_MARGIN_US = SECOND  # a launch line is logged up to ~1 ms after end - duration
+CAUGHT_UP_SLACK_US = 2 * SECOND  # node clocks and poll/SSH delays
+DEFAULT_BUCKETS_S = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0,
+                     300.0, 600.0)
+
+
+@dataclass(slots=True)
+class KindCounters:
+    requests: int = 0
+    request_us: int = 0
+    tokens: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prompt_us: int = 0
+    generation_us: int = 0
+    buckets: list[int] = field(default_factory=list)  # per bucket, not cumulative; last is +Inf
+
+    def copy(self) -> KindCounters:
+        c = KindCounters(self.requests, self.request_us, self.tokens, self.prompt_tokens,
+                         self.generated_tokens, self.prompt_us, self.generation_us)
+        c.buckets = list(self.buckets)
+        return c
+
+
+@dataclass(slots=True)
+class NodeState:
+    """Everything known of one node."""
+
+    newest_us: int  # journal time of the newest entry read
+    up: bool = False
+    caught_up: bool = False
+    down_since_us: int | None = None
+    start_lines: bool = False  # this llama-server logs launch lines
+    in_flight: dict[tuple[int, int], int] = field(default_factory=dict)  # (slot, task) -> start
+    busy_us: int = 0
+    last_end_us: int | None = None
+    entries: int = 0
+    cancelled: int = 0
+    aborted: int = 0
+    restarts: int = 0
+    parse_errors: int = 0
+    late: int = 0
+    reconnects: int = 0
+    gaps: int = 0
+    lag_us: int = 0
+    kinds: dict[str, KindCounters] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    name: str
+    kinds: dict[str, KindCounters]
+    busy_us: int
+    in_flight: int
+    oldest_in_flight_us: int | None
+    last_end_us: int | None
+    up: bool
+    lag_us: int
+    entries: int
+    cancelled: int
+    aborted: int
+    restarts: int
+    parse_errors: int
+    late: int
+    reconnects: int
+    gaps: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A consistent copy of every figure, for scrapes and reports."""
+
+    nodes: tuple[NodeSnapshot, ...]
+    kind_names: tuple[str, ...]
+    buckets_us: tuple[int, ...]
+    concurrency_us: tuple[int, ...]  # index k: exactly k nodes busy
+    mix_us: dict[str, int]
+    watermark_us: int
+
+    @property
+    def nodes_busy(self) -> int:
+        return sum(1 for n in self.nodes if n.in_flight)
+
+
+class Accounting:
+    """Owns every number; see the module docstring."""
+
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        kinds: Kinds,
+        *,
+        origin_us: int,
+        max_request_us: int = 600 * SECOND,
+        stall_us: int = 300 * SECOND,
+        buckets_s: Sequence[float] = DEFAULT_BUCKETS_S,
+    ) -> None:
+        self.kinds = kinds
+        self.kind_names = kinds.names
+        self._kind_index = {k: i for i, k in enumerate(sorted(self.kind_names))}
+        self._mix_by_mask = _mix_labels_by_mask(sorted(self.kind_names))
+        self.origin_us = origin_us
+        self.max_request_us = max_request_us
+        self.stall_us = stall_us
+        self.buckets_us = tuple(round(b * SECOND) for b in buckets_s)
+        self.node_names = tuple(nodes)
+        self._node_index = {n: i for i, n in enumerate(self.node_names)}
+        self.nodes = {n: self._new_node(origin_us) for n in self.node_names}
+        self.watermark_us = origin_us
+        self.concurrency_us = [0] * (len(self.node_names) + 1)
+        self.mix_us = dict.fromkeys(kinds.mix_labels(), 0)
+        # intervals reaching past the watermark: (start, end, node index, kind bit)
+        self._pending: list[tuple[int, int, int, int]] = []
+
+    def _new_node(self, newest_us: int) -> NodeState:
+        zero = len(self.buckets_us) + 1
+        return NodeState(newest_us=newest_us,
+                         kinds={k: KindCounters(buckets=[0] * zero) for k in self.kind_names})
+
+    # -- input ------------------------------------------------------------------------------
+
+    def add(self, rec: Record, *, count: bool = True) -> None:
+        """Take one parser record. `count=False` places an interval on the timeline only."""
+        if isinstance(rec, Interval):
+            self._interval(rec, count)
+        else:
+            self._event(rec)
+
+    def add_all(self, recs: Iterable[Record]) -> None:
+        for rec in recs:
+            self.add(rec)
+
+    def line_read(self, node: str, time_us: int, entries: int = 1) -> None:
+        """The source read `entries` entries, the newest at journal time `time_us`."""
+        ns = self.nodes[node]
+        ns.entries += entries
+        if time_us > ns.newest_us:
+            ns.newest_us = time_us
+
+    def source_state(self, node: str, *, up: bool, caught_up: bool, now_us: int,
+                     lag_us: int = 0) -> None:
+        """What the node's source is doing now (connected? read all its journal held?)."""
+        ns = self.nodes[node]
+        if up:
+            ns.down_since_us = None
+        elif ns.up or ns.down_since_us is None:
+            ns.down_since_us = now_us
+        ns.up, ns.caught_up = up, up and caught_up
+        ns.lag_us = 0 if ns.caught_up else max(0, lag_us)
+
+    def source_reconnected(self, node: str) -> None:
+        self.nodes[node].reconnects += 1
+
+    def source_gap(self, node: str) -> None:
+        self.nodes[node].gaps += 1
+
+    def _interval(self, iv: Interval, count: bool) -> None:
+        ns = self.nodes[iv.node]
+        kind = self.kinds.classify(iv.tokens)
+        if iv.slot is not None and iv.task is not None:
+            ns.in_flight.pop((iv.slot, iv.task), None)
+        if count:
+            c = ns.kinds[kind]
+            c.requests += 1
+            c.request_us += iv.duration_us
+            c.tokens += iv.tokens or 0
+            c.prompt_tokens += iv.prompt_tokens or 0
+            c.generated_tokens += iv.generated_tokens or 0
+            c.prompt_us += iv.prompt_us or 0
+            c.generation_us += iv.generation_us or 0
+            c.buckets[bisect.bisect_left(self.buckets_us, iv.duration_us)] += 1
+            if ns.last_end_us is None or iv.end_us > ns.last_end_us:
+                ns.last_end_us = iv.end_us
+        start = max(iv.start_us, self.origin_us)
+        if start < self.watermark_us and count:
+            ns.late += 1
+        start = max(start, self.watermark_us)
+        if iv.end_us > start:
+            bit = 1 << self._kind_index[kind]
+            self._pending.append((start, iv.end_us, self._node_index[iv.node], bit))
+
+    def _event(self, ev: Event) -> None:
+        ns = self.nodes[ev.node]
+        if ev.kind is EventKind.STARTED and ev.slot is not None and ev.task is not None:
+            ns.start_lines = True
+            ns.in_flight[(ev.slot, ev.task)] = ev.time_us
+        elif ev.kind is EventKind.CANCELLED and ev.slot is not None and ev.task is not None:
+            ns.in_flight.pop((ev.slot, ev.task), None)
+            ns.cancelled += 1
+        elif ev.kind is EventKind.RESTART:
+            ns.aborted += len(ns.in_flight)
+            ns.in_flight.clear()
+            ns.restarts += 1
+            ns.start_lines = False
+        elif ev.kind is EventKind.PARSE_ERROR:
+            ns.parse_errors += 1
+
+    # -- the watermark ----------------------------------------------------------------------
+
+    def node_bound(self, node: str, now_us: int) -> int:
+        """No request of `node` that covers a time before this can still be unseen."""
+        ns = self.nodes[node]
+        newest = ns.newest_us
+        if ns.up and ns.caught_up:
+            newest = max(newest, now_us - CAUGHT_UP_SLACK_US)
+        if not ns.start_lines:
+            return newest - self.max_request_us
+        if not ns.in_flight:
+            return newest
+        return max(min(ns.in_flight.values()) - START_MARGIN_US, newest - self.max_request_us)
+
+    def advance(self, now_us: int) -> None:
+        """Move the watermark as far as every node that still holds it allows."""
+        bounds = [self.node_bound(n, now_us) for n, ns in self.nodes.items()
+                  if not self._stalled(ns, now_us)]
+        if bounds:
+            self.advance_to(min(bounds))
+
+    def _stalled(self, ns: NodeState, now_us: int) -> bool:
+        return ns.down_since_us is not None and now_us - ns.down_since_us > self.stall_us
+
+    def advance_to(self, until_us: int) -> None:
+        """Make the timeline figures final up to `until_us` (the report's end of window)."""
+        lo = self.watermark_us
+        if until_us <= lo:
+            return
+        events: list[tuple[int, int, int, int]] = []
+        keep: list[tuple[int, int, int, int]] = []
+        for p in self._pending:
+            s, e, n, bit = p
+            if s < until_us:
+                events.append((s, 1, n, bit))
+                events.append((min(e, until_us), -1, n, bit))
+            if e > until_us:
+                keep.append((until_us if s < until_us else s, e, n, bit))
+        self._pending = keep
+        self.watermark_us = until_us
+        self._sweep(lo, until_us, events)
+
+    def _sweep(self, lo: int, hi: int, events: list[tuple[int, int, int, int]]) -> None:
+        events.sort()
+        n_nodes = len(self.node_names)
+        node_count = [0] * n_nodes
+        node_since = [0] * n_nodes
+        node_busy = [0] * n_nodes
+        kind_count: dict[int, int] = {}
+        busy_nodes = 0
+        mask = 0
+        conc = self.concurrency_us
+        mix = self.mix_us
+        labels = self._mix_by_mask
+        t_prev = lo
+        for t, delta, n, bit in events:
+            if t != t_prev:
+                conc[busy_nodes] += t - t_prev
+                mix[labels[mask]] += t - t_prev
+                t_prev = t
+            if delta > 0:
+                if node_count[n] == 0:
+                    busy_nodes += 1
+                    node_since[n] = t
+                node_count[n] += 1
+                if kind_count.get(bit, 0) == 0:
+                    mask |= bit
+                kind_count[bit] = kind_count.get(bit, 0) + 1
+            else:
+                node_count[n] -= 1
+                if node_count[n] == 0:
+                    busy_nodes -= 1
+                    node_busy[n] += t - node_since[n]
+                kind_count[bit] -= 1
+                if kind_count[bit] == 0:
+                    mask &= ~bit
+        conc[0] += hi - t_prev
+        mix["idle"] += hi - t_prev
+        for i, name in enumerate(self.node_names):
+            self.nodes[name].busy_us += node_busy[i]
+
+    # -- output -----------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        nodes = tuple(
+            NodeSnapshot(
+                name=name,
+                kinds={k: c.copy() for k, c in ns.kinds.items()},
+                busy_us=ns.busy_us,
+                in_flight=len(ns.in_flight),
+                oldest_in_flight_us=min(ns.in_flight.values()) if ns.in_flight else None,
+                last_end_us=ns.last_end_us,
+                up=ns.up,
+                lag_us=ns.lag_us,
+                entries=ns.entries,
+                cancelled=ns.cancelled,
+                aborted=ns.aborted,
+                restarts=ns.restarts,
+                parse_errors=ns.parse_errors,
+                late=ns.late,
+                reconnects=ns.reconnects,
+                gaps=ns.gaps,
+            )
+            for name, ns in self.nodes.items()
+        )
+        return Snapshot(nodes=nodes, kind_names=self.kind_names, buckets_us=self.buckets_us,
+                        concurrency_us=tuple(self.concurrency_us), mix_us=dict(self.mix_us),
+                        watermark_us=self.watermark_us)
+
+
+def _mix_labels_by_mask(sorted_kinds: Sequence[str]) -> list[str]:
+    """Mix label of every bit mask over the sorted kind names (bit i = sorted_kinds[i])."""
+    return ["+".join(k for i, k in enumerate(sorted_kinds) if mask >> i & 1) or "idle"
+            for mask in range(1 << len(sorted_kinds))]

@@ -1,0 +1,99 @@
+"""The `sm-llm-exporter` command: argument parsing and logging set-up, no logic of its own."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from exporter import __version__, report
+from exporter.kinds import DEFAULT_RULES, Kinds, split_rules
+from exporter.sources.dump import parse_time_us, read_dump
+
+log = logging.getLogger(__name__)
+
+
+def _time(text: str) -> int:
+    try:
+        return parse_time_us(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 time: {text!r} (e.g. 2026-09-22T07:32:55, UTC without an offset)"
+        ) from None
+
+
+def _input(text: str) -> tuple[str, Path]:
+    node, sep, path = text.partition("=")
+    if not sep or not node or not path:
+        raise argparse.ArgumentTypeError(f"expected NODE=FILE, got {text!r}")
+    return node, Path(path)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="sm-llm-exporter",
+        description="Exact busy time, requests and tokens of llama.cpp (sm-llm) nodes, "
+        "from their journals.",
+    )
+    ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    ap.add_argument("--log-level", default="info",
+                    choices=["debug", "info", "warning", "error"], help="default: info")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    rp = sub.add_parser(
+        "report", help="how busy the nodes were over a past window (the seed's tables)",
+        description="Read the nodes' journals over [--since, --until] and print how busy each "
+        "node was, how many worked at once and how the work split by kind. Requests count by "
+        "their end in the window; busy and concurrency seconds are exact, clipped to the window.",
+    )
+    rp.add_argument("--since", required=True, type=_time, metavar="T",
+                    help="window start, ISO 8601 (UTC when it has no offset)")
+    rp.add_argument("--until", required=True, type=_time, metavar="T", help="window end")
+    rp.add_argument("--input", action="append", type=_input, required=True,
+                    metavar="NODE=FILE",
+                    help="a node's journal dump (journalctl -o json or -o short-iso-precise); "
+                    "repeat per node")
+    rp.add_argument("--split-tokens", type=int, metavar="N",
+                    help="two kinds: extraction at or above N tokens, reconcile below "
+                    "(default 600)")
+    rp.add_argument("--max-request-seconds", type=int, default=600, metavar="S",
+                    help="longest request expected (default 600)")
+    rp.add_argument("--format", choices=["text", "json"], default="text")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "report":
+        return _report(args)
+    return 2
+
+
+def _report(args: argparse.Namespace) -> int:
+    if args.until <= args.since:
+        log.error("--until must be after --since")
+        return 2
+    nodes: dict[str, Path] = {}
+    for node, path in args.input:
+        if node in nodes:
+            log.error("node %s given twice in --input", node)
+            return 2
+        if not path.is_file():
+            log.error("node %s: no such file: %s", node, path)
+            return 2
+        nodes[node] = path
+    kinds = Kinds(split_rules(args.split_tokens) if args.split_tokens is not None
+                  else DEFAULT_RULES)
+    streams = {node: read_dump(path, node) for node, path in nodes.items()}
+    r = report.build(streams, kinds, args.since, args.until,
+                     max_request_us=args.max_request_seconds * 1_000_000)
+    for n in r.snapshot.nodes:
+        if n.parse_errors:
+            log.warning("node %s: %d lines looked like timing lines but did not parse",
+                        n.name, n.parse_errors)
+    sys.stdout.write(report.render(r, args.format))
+    return 0

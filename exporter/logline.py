@@ -1,0 +1,65 @@
+"""The values that cross module boundaries: a journal line in, intervals and events out.
+
+Times are integer microseconds since the epoch, UTC. Durations logged in milliseconds with
+two decimals convert to microseconds exactly.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One journal entry of a node, as a source read it."""
+
+    node: str
+    time_us: int  # journal realtime of the entry
+    cursor: str  # journal cursor, or "" where the source has none (short-iso text)
+    pid: int  # 0 when unknown
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One finished request: busy on `node` during [start_us, end_us]."""
+
+    node: str
+    start_us: int
+    end_us: int
+    tokens: int | None = None  # total line tokens, or prompt + generated
+    prompt_tokens: int | None = None
+    generated_tokens: int | None = None
+    prompt_us: int | None = None  # prompt-eval time from the block
+    generation_us: int | None = None  # eval time from the block
+    slot: int | None = None
+    task: int | None = None
+    pid: int = 0
+
+    @property
+    def duration_us(self) -> int:
+        return self.end_us - self.start_us
+
+
+class EventKind(enum.Enum):
+    STARTED = "started"  # a slot launched a task
+    CANCELLED = "cancelled"  # a task stopped and no timing block followed
+    RESTART = "restart"  # a new llama-server PID on the node
+    PARSE_ERROR = "parse_error"  # a line that looks like timing but does not parse
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something the parser saw that is not a finished request."""
+
+    node: str
+    time_us: int
+    kind: EventKind
+    pid: int = 0
+    slot: int | None = None
+    task: int | None = None
+    detail: str = ""
+
+
+Record = Interval | Event

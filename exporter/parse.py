@@ -1,0 +1,266 @@
+"""Pure parser: one node's journal lines in, request intervals and events out (all llama.cpp eras).
+
+A `Parser` follows one node. It keeps the small context that multi-line timing blocks need
+(era C's header, era A/B's prompt and eval lines before the total line), the stop lines that
+may still be followed by a timing block, and the PID of the running llama-server. It never
+reads a clock: time passes only through the journal times of the lines it is fed, or through
+`flush(until_us)` when the caller knows the journal has nothing newer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.logline import Event, EventKind, Interval, LogLine, Record
+
+# A stop line is a cancel when no timing block for its task follows within this much journal time.
+STOP_GRACE_US = 1_000_000
+# Anything longer than a week or bigger than a billion tokens is a garbled line, not a request.
+MAX_DURATION_US = 7 * 86_400 * 1_000_000
+MAX_TOKENS = 1_000_000_000
+
+_NUMBER = re.compile(r"(\d+)(?:\.(\d+))?")
+_COUNT = re.compile(r"\d+")
+_TOTAL = re.compile(r"total time\s*=\s*(\S+)\s*ms(?:\s*/\s*(\S+)\s+tokens)?")
+_PROMPT = re.compile(r"prompt eval time\s*=\s*(\S+)\s*ms\s*/\s*(\S+)\s+tokens")
+_EVAL = re.compile(r"eval time\s*=\s*(\S+)\s*ms\s*/\s*(\S+)\s+(?:tokens|runs)")
+# `slot print_timing: id  0 | task 22576 | ...` (eras C and D) and era B's key=value tail.
+_SLOT_TASK = re.compile(r"\bid\s+(-?\d+) \| task (-?\d+) \|(.*)$")
+_SLOT_TASK_B = re.compile(r"\bid_slot=(-?\d+) id_task=(-?\d+)")
+
+
+class ParseError(ValueError):
+    """A line that looks like a timing line but does not parse."""
+
+
+def ms_to_us(text: str) -> int:
+    """`6739.60` (milliseconds, as logged) -> 6739600 microseconds, exactly; ParseError if garbled."""
+    m = _NUMBER.fullmatch(text)
+    if m is None:
+        raise ParseError(f"not a duration: {text!r}")
+    whole, frac = m.group(1), m.group(2) or ""
+    us = int(whole) * 1000 + int((frac + "000")[:3])
+    if len(frac) > 3 and frac[3] >= "5":  # finer than a microsecond: round half up
+        us += 1
+    if us > MAX_DURATION_US:
+        raise ParseError(f"absurd duration: {text} ms")
+    return us
+
+
+def _count(text: str) -> int:
+    if _COUNT.fullmatch(text) is None or int(text) > MAX_TOKENS:
+        raise ParseError(f"not a token count: {text!r}")
+    return int(text)
+
+
+@dataclass(slots=True)
+class _Block:
+    """What the lines before a total line said about the request they belong to."""
+
+    slot: int | None = None
+    task: int | None = None
+    prompt_us: int | None = None
+    prompt_tokens: int | None = None
+    generation_us: int | None = None
+    generated_tokens: int | None = None
+
+    def matches(self, slot: int | None, task: int | None) -> bool:
+        return (self.task is None or task is None or self.task == task) and (
+            self.slot is None or slot is None or self.slot == slot
+        )
+
+
+@dataclass(slots=True)
+class Parser:
+    """Turns one node's lines into `Interval`s and `Event`s; see the module docstring."""
+
+    node: str
+    pid: int = 0  # the llama-server PID seen last, 0 before the first recognised line
+    block: _Block = field(default_factory=_Block)
+    pending_stops: dict[tuple[int, int], int] = field(default_factory=dict)  # (slot, task) -> t
+    last_timed: dict[int, int] = field(default_factory=dict)  # slot -> task of its last block
+
+    def feed(self, line: LogLine) -> list[Record]:
+        """Parse one line; returns what it completes (often nothing)."""
+        msg = line.message
+        out: list[Record] = []
+        if self.pending_stops:
+            self._expire(line.time_us, out)
+        kind = _classify(msg)
+        if kind is None:
+            return out
+        if line.pid and line.pid != self.pid:
+            if self.pid:
+                self._restart(line, out)
+            self.pid = line.pid
+        try:
+            if kind == "total":
+                out.append(self._total(line))
+            elif kind == "component":
+                self._component(msg)
+            elif kind == "slot":
+                self._slot_line(line, out)
+            else:  # era B start/stop
+                self._era_b_slot_line(line, out)
+        except ParseError as e:
+            self.block = _Block() if kind == "total" else self.block
+            out.append(self._error(line, str(e)))
+        return out
+
+    def flush(self, until_us: int) -> list[Record]:
+        """The journal holds nothing older than `until_us` unread: decide stops that have waited."""
+        out: list[Record] = []
+        if self.pending_stops:
+            self._expire(until_us, out)
+        return out
+
+    # -- the kinds of line ------------------------------------------------------------------
+
+    def _total(self, line: LogLine) -> Interval:
+        msg = line.message
+        m = _TOTAL.search(msg)
+        if m is None:
+            raise ParseError("a total time line without `= N ms`")
+        total_us = ms_to_us(m.group(1))
+        tokens = _count(m.group(2)) if m.group(2) is not None else None
+        slot, task = _ids(msg)
+        block = self.block
+        self.block = _Block()
+        if not block.matches(slot, task):
+            block = _Block()
+        slot = slot if slot is not None else block.slot
+        task = task if task is not None else block.task
+        if tokens is None and block.prompt_tokens is not None and block.generated_tokens is not None:
+            tokens = block.prompt_tokens + block.generated_tokens
+        if slot is not None and task is not None:
+            self.pending_stops.pop((slot, task), None)
+            self.last_timed[slot] = task
+        return Interval(
+            node=self.node,
+            start_us=line.time_us - total_us,
+            end_us=line.time_us,
+            tokens=tokens,
+            prompt_tokens=block.prompt_tokens,
+            generated_tokens=block.generated_tokens,
+            prompt_us=block.prompt_us,
+            generation_us=block.generation_us,
+            slot=slot,
+            task=task,
+            pid=line.pid,
+        )
+
+    def _component(self, msg: str) -> None:
+        slot, task = _ids(msg)
+        if not self.block.matches(slot, task):
+            self.block = _Block()
+        if slot is not None:
+            self.block.slot, self.block.task = slot, task
+        m = _PROMPT.search(msg)
+        if m is not None:
+            self.block.prompt_us, self.block.prompt_tokens = ms_to_us(m.group(1)), _count(m.group(2))
+            return
+        m = _EVAL.search(msg)
+        if m is None:
+            raise ParseError("an eval time line without `= N ms / N tokens`")
+        self.block.generation_us, self.block.generated_tokens = ms_to_us(m.group(1)), _count(m.group(2))
+
+    def _slot_line(self, line: LogLine, out: list[Record]) -> None:
+        m = _SLOT_TASK.search(line.message)
+        if m is None:
+            return
+        slot, task, rest = int(m.group(1)), int(m.group(2)), m.group(3)
+        if task < 0:
+            return
+        if "print_timing" in line.message and not rest.strip():
+            self.block = _Block(slot=slot, task=task)  # era C header: the block follows
+        elif "launch_slot_" in line.message and "processing task" in rest:
+            self._started(line, slot, task, out)
+        elif "release" in line.message and "stop processing" in rest:
+            self._stopped(line, slot, task)
+
+    def _era_b_slot_line(self, line: LogLine, out: list[Record]) -> None:
+        m = _SLOT_TASK_B.search(line.message)
+        if m is None:
+            return
+        slot, task = int(m.group(1)), int(m.group(2))
+        if task < 0:
+            return
+        if "slot is processing task" in line.message:
+            self._started(line, slot, task, out)
+        else:
+            self._stopped(line, slot, task)
+
+    # -- starts, stops, restarts ----------------------------------------------------------------
+
+    def _started(self, line: LogLine, slot: int, task: int, out: list[Record]) -> None:
+        for key in [k for k in self.pending_stops if k[0] == slot]:
+            out.append(self._cancel(key, self.pending_stops.pop(key)))
+        out.append(Event(self.node, line.time_us, EventKind.STARTED, line.pid, slot, task))
+
+    def _stopped(self, line: LogLine, slot: int, task: int) -> None:
+        if self.last_timed.get(slot) != task:  # a stop after its own timing block is no cancel
+            self.pending_stops[(slot, task)] = line.time_us
+
+    def _expire(self, now_us: int, out: list[Record]) -> None:
+        for key, t in list(self.pending_stops.items()):
+            if now_us > t + STOP_GRACE_US:
+                del self.pending_stops[key]
+                out.append(self._cancel(key, t))
+
+    def _cancel(self, key: tuple[int, int], t: int) -> Event:
+        return Event(self.node, t, EventKind.CANCELLED, self.pid, key[0], key[1])
+
+    def _restart(self, line: LogLine, out: list[Record]) -> None:
+        for key, t in list(self.pending_stops.items()):
+            out.append(self._cancel(key, t))
+        out.append(Event(self.node, line.time_us, EventKind.RESTART, line.pid,
+                         detail=f"llama-server PID {self.pid} -> {line.pid}"))
+        self.block, self.pending_stops, self.last_timed = _Block(), {}, {}
+
+    def _error(self, line: LogLine, why: str) -> Event:
+        return Event(self.node, line.time_us, EventKind.PARSE_ERROR, line.pid,
+                     detail=f"{why}: {line.message[:200]!r}")
+
+    # -- checkpoint -------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Everything needed to resume mid-block, as JSON-ready values."""
+        b = self.block
+        return {
+            "pid": self.pid,
+            "block": [b.slot, b.task, b.prompt_us, b.prompt_tokens, b.generation_us,
+                      b.generated_tokens],
+            "pending_stops": [[s, t, at] for (s, t), at in self.pending_stops.items()],
+            "last_timed": [[s, t] for s, t in self.last_timed.items()],
+        }
+
+    @classmethod
+    def from_state(cls, node: str, state: dict[str, Any]) -> Parser:
+        p = cls(node, pid=int(state["pid"]), block=_Block(*state["block"]))
+        p.pending_stops = {(int(s), int(t)): int(at) for s, t, at in state["pending_stops"]}
+        p.last_timed = {int(s): int(t) for s, t in state["last_timed"]}
+        return p
+
+
+def _classify(msg: str) -> str | None:
+    """Which kind of line this may be, by cheap substring tests; None for the rest."""
+    if "time" in msg:
+        if "total time" in msg:
+            return "total"
+        if "eval time" in msg:
+            return "component"
+    if "slot" in msg:
+        if " | task " in msg:
+            return "slot"
+        if "id_task=" in msg and ("slot is processing task" in msg or "slot released" in msg):
+            return "slot_b"
+    return None
+
+
+def _ids(msg: str) -> tuple[int | None, int | None]:
+    m = _SLOT_TASK.search(msg) or _SLOT_TASK_B.search(msg)
+    if m is None:
+        return None, None
+    return int(m.group(1)), int(m.group(2))

@@ -1,0 +1,106 @@
+"""Journal dump lines (`journalctl -o json` or `-o short-iso-precise`, detected per line) to LogLines."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from exporter.logline import LogLine
+
+# `2026-09-22T07:31:04.127792+0000 host sm-llm[1234]: message` (the offset may be `+00:00`)
+_SHORT = re.compile(
+    r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?([+-]\d\d:?\d\d|Z)? \S+ [^\[\s]+?(?:\[(\d+)\])?: ?"
+)
+
+
+class DumpLineError(ValueError):
+    """A line of a dump that is neither journal JSON nor short-iso-precise text."""
+
+
+class LineDecoder:
+    """Decodes one node's dump lines; caches the date-time prefixes it has already converted."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._seconds: dict[str, int] = {}
+
+    def decode(self, raw: bytes) -> LogLine | None:
+        """One line (without its newline) -> LogLine; None for journalctl's `-- ... --` notes and
+        blank or continuation lines; DumpLineError for anything else that does not parse."""
+        if raw[:1] == b"{":
+            return self._json(raw)
+        if not raw.strip() or raw[:3] == b"-- " or raw[:1] in (b" ", b"\t"):
+            return None
+        return self._short(raw.decode("utf-8", "replace").rstrip("\r"))
+
+    def _json(self, raw: bytes) -> LogLine:
+        try:
+            rec = json.loads(raw)
+            time_us = int(rec["__REALTIME_TIMESTAMP"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise DumpLineError(f"not a journal JSON entry ({e})") from None
+        if not isinstance(rec, dict):
+            raise DumpLineError("not a journal JSON entry")
+        pid = rec.get("_PID") or rec.get("SYSLOG_PID") or 0
+        return LogLine(self.node, time_us, str(rec.get("__CURSOR", "")), _int(pid),
+                       field_text(rec.get("MESSAGE")))
+
+    def _short(self, text: str) -> LogLine:
+        m = _SHORT.match(text)
+        if m is None:
+            raise DumpLineError("neither journal JSON nor short-iso-precise")
+        stamp, frac, offset, pid = m.groups()
+        key = stamp + (offset or "")
+        seconds = self._seconds.get(key)
+        if seconds is None:
+            seconds = parse_time_us(key) // 1_000_000
+            self._seconds[key] = seconds
+        us = seconds * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
+        return LogLine(self.node, us, "", int(pid) if pid else 0, text[m.end():])
+
+
+def field_text(value: object) -> str:
+    """A journal field as JSON gives it: a string, an array of byte values (not UTF-8), or null."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        try:
+            return bytes(value).decode("utf-8", "replace")
+        except (ValueError, TypeError):
+            return ""
+    return ""
+
+
+def _int(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def parse_time_us(text: str) -> int:
+    """ISO 8601 -> microseconds since the epoch; UTC when the text has no offset."""
+    t = datetime.fromisoformat(text.strip())
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    delta = t - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def read_dump(path: Path, node: str) -> Iterator[LogLine | DumpLineError]:
+    """Every entry of a dump file in order; a line that does not parse comes as its error,
+    naming the file and line number, so the caller can count it and go on."""
+    decoder = LineDecoder(node)
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = decoder.decode(raw.rstrip(b"\n"))
+            except DumpLineError as e:
+                yield DumpLineError(f"{path}:{number}: {e}")
+                continue
+            if line is not None:
+                yield line
+
