@@ -20,8 +20,22 @@ from exporter.logline import Event, EventKind, Interval, Record
 SECOND = 1_000_000
 START_MARGIN_US = SECOND  # a launch line is logged up to ~1 ms after end - duration
 CAUGHT_UP_SLACK_US = 2 * SECOND  # node clocks and poll/SSH delays
-DEFAULT_BUCKETS_S = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0,
-                     300.0, 600.0)
+DEFAULT_BUCKETS_S = (
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    45.0,
+    60.0,
+    90.0,
+    120.0,
+    180.0,
+    300.0,
+    600.0,
+)
 
 
 @dataclass(slots=True)
@@ -36,8 +50,15 @@ class KindCounters:
     buckets: list[int] = field(default_factory=list)  # per bucket, not cumulative; last is +Inf
 
     def copy(self) -> KindCounters:
-        c = KindCounters(self.requests, self.request_us, self.tokens, self.prompt_tokens,
-                         self.generated_tokens, self.prompt_us, self.generation_us)
+        c = KindCounters(
+            self.requests,
+            self.request_us,
+            self.tokens,
+            self.prompt_tokens,
+            self.generated_tokens,
+            self.prompt_us,
+            self.generation_us,
+        )
         c.buckets = list(self.buckets)
         return c
 
@@ -134,8 +155,10 @@ class Accounting:
 
     def _new_node(self, newest_us: int) -> NodeState:
         zero = len(self.buckets_us) + 1
-        return NodeState(newest_us=newest_us,
-                         kinds={k: KindCounters(buckets=[0] * zero) for k in self.kind_names})
+        return NodeState(
+            newest_us=newest_us,
+            kinds={k: KindCounters(buckets=[0] * zero) for k in self.kind_names},
+        )
 
     # -- input ------------------------------------------------------------------------------
 
@@ -154,11 +177,11 @@ class Accounting:
         """The source read `entries` entries, the newest at journal time `time_us`."""
         ns = self.nodes[node]
         ns.entries += entries
-        if time_us > ns.newest_us:
-            ns.newest_us = time_us
+        ns.newest_us = max(ns.newest_us, time_us)
 
-    def source_state(self, node: str, *, up: bool, caught_up: bool, now_us: int,
-                     lag_us: int = 0) -> None:
+    def source_state(
+        self, node: str, *, up: bool, caught_up: bool, now_us: int, lag_us: int = 0
+    ) -> None:
         """What the node's source is doing now (connected? read all its journal held?)."""
         ns = self.nodes[node]
         if up:
@@ -231,8 +254,11 @@ class Accounting:
 
     def advance(self, now_us: int) -> None:
         """Move the watermark as far as every node that still holds it allows."""
-        bounds = [self.node_bound(n, now_us) for n, ns in self.nodes.items()
-                  if not self._stalled(ns, now_us)]
+        bounds = [
+            self.node_bound(n, now_us)
+            for n, ns in self.nodes.items()
+            if not self._stalled(ns, now_us)
+        ]
         if bounds:
             self.advance_to(min(bounds))
 
@@ -320,12 +346,19 @@ class Accounting:
             )
             for name, ns in self.nodes.items()
         )
-        return Snapshot(nodes=nodes, kind_names=self.kind_names, buckets_us=self.buckets_us,
-                        concurrency_us=tuple(self.concurrency_us), mix_us=dict(self.mix_us),
-                        watermark_us=self.watermark_us)
+        return Snapshot(
+            nodes=nodes,
+            kind_names=self.kind_names,
+            buckets_us=self.buckets_us,
+            concurrency_us=tuple(self.concurrency_us),
+            mix_us=dict(self.mix_us),
+            watermark_us=self.watermark_us,
+        )
 
 
 def _mix_labels_by_mask(sorted_kinds: Sequence[str]) -> list[str]:
     """Mix label of every bit mask over the sorted kind names (bit i = sorted_kinds[i])."""
-    return ["+".join(k for i, k in enumerate(sorted_kinds) if mask >> i & 1) or "idle"
-            for mask in range(1 << len(sorted_kinds))]
+    return [
+        "+".join(k for i, k in enumerate(sorted_kinds) if mask >> i & 1) or "idle"
+        for mask in range(1 << len(sorted_kinds))
+    ]

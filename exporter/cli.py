@@ -38,36 +38,61 @@ def _parser() -> argparse.ArgumentParser:
         "from their journals.",
     )
     ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    ap.add_argument("--log-level", default="info",
-                    choices=["debug", "info", "warning", "error"], help="default: info")
+    ap.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="default: info",
+    )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     rp = sub.add_parser(
-        "report", help="how busy the nodes were over a past window (the seed's tables)",
+        "report",
+        help="how busy the nodes were over a past window (the seed's tables)",
         description="Read the nodes' journals over [--since, --until] and print how busy each "
         "node was, how many worked at once and how the work split by kind. Requests count by "
         "their end in the window; busy and concurrency seconds are exact, clipped to the window.",
     )
-    rp.add_argument("--since", required=True, type=_time, metavar="T",
-                    help="window start, ISO 8601 (UTC when it has no offset)")
+    rp.add_argument(
+        "--since",
+        required=True,
+        type=_time,
+        metavar="T",
+        help="window start, ISO 8601 (UTC when it has no offset)",
+    )
     rp.add_argument("--until", required=True, type=_time, metavar="T", help="window end")
-    rp.add_argument("--input", action="append", type=_input, required=True,
-                    metavar="NODE=FILE",
-                    help="a node's journal dump (journalctl -o json or -o short-iso-precise); "
-                    "repeat per node")
-    rp.add_argument("--split-tokens", type=int, metavar="N",
-                    help="two kinds: extraction at or above N tokens, reconcile below "
-                    "(default 600)")
-    rp.add_argument("--max-request-seconds", type=int, default=600, metavar="S",
-                    help="longest request expected (default 600)")
+    rp.add_argument(
+        "--input",
+        action="append",
+        type=_input,
+        required=True,
+        metavar="NODE=FILE",
+        help="a node's journal dump (journalctl -o json or -o short-iso-precise); repeat per node",
+    )
+    rp.add_argument(
+        "--split-tokens",
+        type=int,
+        metavar="N",
+        help="two kinds: extraction at or above N tokens, reconcile below (default 600)",
+    )
+    rp.add_argument(
+        "--max-request-seconds",
+        type=int,
+        default=600,
+        metavar="S",
+        help="longest request expected (default 600)",
+    )
     rp.add_argument("--format", choices=["text", "json"], default="text")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if args.command == "report":
         return _report(args)
     return 2
@@ -86,14 +111,19 @@ def _report(args: argparse.Namespace) -> int:
             log.error("node %s: no such file: %s", node, path)
             return 2
         nodes[node] = path
-    kinds = Kinds(split_rules(args.split_tokens) if args.split_tokens is not None
-                  else DEFAULT_RULES)
+    kinds = Kinds(
+        split_rules(args.split_tokens) if args.split_tokens is not None else DEFAULT_RULES
+    )
     streams = {node: read_dump(path, node) for node, path in nodes.items()}
-    r = report.build(streams, kinds, args.since, args.until,
-                     max_request_us=args.max_request_seconds * 1_000_000)
+    r = report.build(
+        streams, kinds, args.since, args.until, max_request_us=args.max_request_seconds * 1_000_000
+    )
     for n in r.snapshot.nodes:
         if n.parse_errors:
-            log.warning("node %s: %d lines looked like timing lines but did not parse",
-                        n.name, n.parse_errors)
+            log.warning(
+                "node %s: %d lines looked like timing lines but did not parse",
+                n.name,
+                n.parse_errors,
+            )
     sys.stdout.write(report.render(r, args.format))
     return 0

@@ -60,10 +60,13 @@ class Kinds:
     def mix_labels(self) -> tuple[str, ...]:
         """`idle`, then every set of kinds (sorted, joined by `+`), smallest sets first."""
         names = sorted(self.names)
-        return ("idle",) + tuple(
-            "+".join(combo)
-            for size in range(1, len(names) + 1)
-            for combo in itertools.combinations(names, size)
+        return (
+            "idle",
+            *(
+                "+".join(combo)
+                for size in range(1, len(names) + 1)
+                for combo in itertools.combinations(names, size)
+            ),
         )
 
 

@@ -26,9 +26,13 @@ _COUNT = re.compile(r"\d+")
 _TOTAL = re.compile(r"total time\s*=\s*(\S+)\s*ms(?:\s*/\s*(\S+)\s+tokens)?")
 _PROMPT = re.compile(r"prompt eval time\s*=\s*(\S+)\s*ms\s*/\s*(\S+)\s+tokens")
 _EVAL = re.compile(r"eval time\s*=\s*(\S+)\s*ms\s*/\s*(\S+)\s+(?:tokens|runs)")
-# `slot print_timing: id  0 | task 22576 | ...` (eras C and D) and era B's key=value tail.
+# `slot print_timing: id  0 | task 22576 | ...` (eras C and D), and era B's ids in its
+# key=value tail (`id_slot=0 id_task=408`, early 2024 `slot_id=0 task_id=408`) or its JSON
+# log format (`"id_slot":0,"id_task":408`).
 _SLOT_TASK = re.compile(r"\bid\s+(-?\d+) \| task (-?\d+) \|(.*)$")
-_SLOT_TASK_B = re.compile(r"\bid_slot=(-?\d+) id_task=(-?\d+)")
+_SLOT_TASK_B = re.compile(
+    r"\b(?:id_slot|slot_id)\"?[=:]\s*(-?\d+)[ ,]\s*\"?(?:id_task|task_id)\"?[=:]\s*(-?\d+)"
+)
 
 
 class ParseError(ValueError):
@@ -36,7 +40,7 @@ class ParseError(ValueError):
 
 
 def ms_to_us(text: str) -> int:
-    """`6739.60` (milliseconds, as logged) -> 6739600 microseconds, exactly; ParseError if garbled."""
+    """`6739.60` (ms, as logged) -> 6739600 microseconds, exactly; ParseError if garbled."""
     m = _NUMBER.fullmatch(text)
     if m is None:
         raise ParseError(f"not a duration: {text!r}")
@@ -132,7 +136,11 @@ class Parser:
             block = _Block()
         slot = slot if slot is not None else block.slot
         task = task if task is not None else block.task
-        if tokens is None and block.prompt_tokens is not None and block.generated_tokens is not None:
+        if (
+            tokens is None
+            and block.prompt_tokens is not None
+            and block.generated_tokens is not None
+        ):
             tokens = block.prompt_tokens + block.generated_tokens
         if slot is not None and task is not None:
             self.pending_stops.pop((slot, task), None)
@@ -159,12 +167,18 @@ class Parser:
             self.block.slot, self.block.task = slot, task
         m = _PROMPT.search(msg)
         if m is not None:
-            self.block.prompt_us, self.block.prompt_tokens = ms_to_us(m.group(1)), _count(m.group(2))
+            self.block.prompt_us, self.block.prompt_tokens = (
+                ms_to_us(m.group(1)),
+                _count(m.group(2)),
+            )
             return
         m = _EVAL.search(msg)
         if m is None:
             raise ParseError("an eval time line without `= N ms / N tokens`")
-        self.block.generation_us, self.block.generated_tokens = ms_to_us(m.group(1)), _count(m.group(2))
+        self.block.generation_us, self.block.generated_tokens = (
+            ms_to_us(m.group(1)),
+            _count(m.group(2)),
+        )
 
     def _slot_line(self, line: LogLine, out: list[Record]) -> None:
         m = _SLOT_TASK.search(line.message)
@@ -215,13 +229,25 @@ class Parser:
     def _restart(self, line: LogLine, out: list[Record]) -> None:
         for key, t in list(self.pending_stops.items()):
             out.append(self._cancel(key, t))
-        out.append(Event(self.node, line.time_us, EventKind.RESTART, line.pid,
-                         detail=f"llama-server PID {self.pid} -> {line.pid}"))
+        out.append(
+            Event(
+                self.node,
+                line.time_us,
+                EventKind.RESTART,
+                line.pid,
+                detail=f"llama-server PID {self.pid} -> {line.pid}",
+            )
+        )
         self.block, self.pending_stops, self.last_timed = _Block(), {}, {}
 
     def _error(self, line: LogLine, why: str) -> Event:
-        return Event(self.node, line.time_us, EventKind.PARSE_ERROR, line.pid,
-                     detail=f"{why}: {line.message[:200]!r}")
+        return Event(
+            self.node,
+            line.time_us,
+            EventKind.PARSE_ERROR,
+            line.pid,
+            detail=f"{why}: {line.message[:200]!r}",
+        )
 
     # -- checkpoint -------------------------------------------------------------------------
 
@@ -230,8 +256,14 @@ class Parser:
         b = self.block
         return {
             "pid": self.pid,
-            "block": [b.slot, b.task, b.prompt_us, b.prompt_tokens, b.generation_us,
-                      b.generated_tokens],
+            "block": [
+                b.slot,
+                b.task,
+                b.prompt_us,
+                b.prompt_tokens,
+                b.generation_us,
+                b.generated_tokens,
+            ],
             "pending_stops": [[s, t, at] for (s, t), at in self.pending_stops.items()],
             "last_timed": [[s, t] for s, t in self.last_timed.items()],
         }
@@ -254,7 +286,7 @@ def _classify(msg: str) -> str | None:
     if "slot" in msg:
         if " | task " in msg:
             return "slot"
-        if "id_task=" in msg and ("slot is processing task" in msg or "slot released" in msg):
+        if "slot is processing task" in msg or "slot released" in msg:
             return "slot_b"
     return None
 

@@ -1,4 +1,4 @@
-"""One-shot report: nodes' lines over a past window -> a fresh accounting -> the seed's tables or JSON.
+"""One-shot report: nodes' lines over a past window -> fresh accounting -> the seed's tables, JSON.
 
 Requests count by their end in [since, until], as the seed counts them. Busy, concurrency and
 mix seconds come from every interval that overlaps the window, clipped to it, exactly.
@@ -58,8 +58,14 @@ def build(
     return Report(since_us, until_us, acc.snapshot(), durations)
 
 
-def _add(acc: Accounting, rec: Interval | Event, since_us: int, until_us: int, kinds: Kinds,
-         durations: dict[str, list[int]]) -> None:
+def _add(
+    acc: Accounting,
+    rec: Interval | Event,
+    since_us: int,
+    until_us: int,
+    kinds: Kinds,
+    durations: dict[str, list[int]],
+) -> None:
     if isinstance(rec, Interval):
         if rec.end_us < since_us:
             return
@@ -117,22 +123,24 @@ def to_text(r: Report) -> str:
     width = max([5, *(len(n.name) for n in snap.nodes)])
     out = [f"window {wall / 60:.1f} min", ""]
     head = "  " + "node".ljust(width) + "   requests"
+    widths = {k: max(8, len(_SEED_LABELS.get(k, k)) + 1) for k in kinds}
     for k in kinds:
-        label = _SEED_LABELS.get(k, k)
-        head += " " + label.rjust(max(8, len(label) + 1))
+        head += " " + _SEED_LABELS.get(k, k).rjust(widths[k])
     out.append(head + "  busy time   busy %")
     for n in snap.nodes:
         row = f"  {n.name:<{width}}  {sum(c.requests for c in n.kinds.values()):8d}"
         for k in kinds:
-            row += f" {n.kinds[k].requests:{max(8, len(_SEED_LABELS.get(k, k)) + 1)}d}"
+            row += f" {n.kinds[k].requests:{widths[k]}d}"
         busy = n.busy_us / SECOND
         out.append(row + f" {busy / 60:7.1f} min {100 * busy / wall:7.1f}%")
 
     out += ["", "  nodes working at once    share of wall time"]
-    for k, v_us in enumerate(snap.concurrency_us):
+    for busy_nodes, v_us in enumerate(snap.concurrency_us):
         v = v_us / SECOND
-        bar = "#" * int(round(40 * v / wall))
-        out.append(f"        {k}                {100 * v / wall:5.1f}%  {v / 60:5.1f} min  {bar}")
+        bar = "#" * round(40 * v / wall)
+        out.append(
+            f"        {busy_nodes}                {100 * v / wall:5.1f}%  {v / 60:5.1f} min  {bar}"
+        )
 
     out.append("")
     label_w = max(len(k) for k in kinds) + 1
@@ -141,8 +149,10 @@ def to_text(r: Report) -> str:
         secs = sum(n.kinds[k].request_us for n in snap.nodes) / SECOND
         med = median_us(calls)
         if med is not None:
-            out.append(f"  {k + ':':<{label_w}} {len(calls)} calls, {secs / 60:.1f} node-min, "
-                       f"median {med / SECOND:.1f} s")
+            out.append(
+                f"  {k + ':':<{label_w}} {len(calls)} calls, {secs / 60:.1f} node-min, "
+                f"median {med / SECOND:.1f} s"
+            )
         elif i == 0:
             out.append(f"  {k + ':':<{label_w}} no calls in the window")
     for k in kinds[1:]:
@@ -151,9 +161,12 @@ def to_text(r: Report) -> str:
     total = sum(n.busy_us for n in snap.nodes) / SECOND
     count = len(snap.nodes)
     ideal = total / max(1, count)
-    out += ["", f"  total node-work {total / 60:.1f} node-min; "
-                f"spread perfectly over {count} nodes that is {ideal / 60:.1f} min "
-                f"against {wall / 60:.1f} min actual"]
+    out += [
+        "",
+        f"  total node-work {total / 60:.1f} node-min; "
+        f"spread perfectly over {count} nodes that is {ideal / 60:.1f} min "
+        f"against {wall / 60:.1f} min actual",
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -1,4 +1,4 @@
-"""Journal dump lines (`journalctl -o json` or `-o short-iso-precise`, detected per line) to LogLines."""
+"""Journal dump lines (`journalctl -o json` or `-o short-iso-precise`, per line) to LogLines."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from exporter.logline import LogLine
 
 # `2026-09-22T07:31:04.127792+0000 host sm-llm[1234]: message` (the offset may be `+00:00`)
 _SHORT = re.compile(
-    r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?([+-]\d\d:?\d\d|Z)? \S+ [^\[\s]+?(?:\[(\d+)\])?: ?"
+    r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?([+-]\d\d:?\d\d|Z)?"  # time
+    r" \S+ [^\[\s]+?(?:\[(\d+)\])?: ?"  # host identifier[pid]:
 )
 
 
@@ -45,8 +46,13 @@ class LineDecoder:
         if not isinstance(rec, dict):
             raise DumpLineError("not a journal JSON entry")
         pid = rec.get("_PID") or rec.get("SYSLOG_PID") or 0
-        return LogLine(self.node, time_us, str(rec.get("__CURSOR", "")), _int(pid),
-                       field_text(rec.get("MESSAGE")))
+        return LogLine(
+            self.node,
+            time_us,
+            str(rec.get("__CURSOR", "")),
+            _int(pid),
+            field_text(rec.get("MESSAGE")),
+        )
 
     def _short(self, text: str) -> LogLine:
         m = _SHORT.match(text)
@@ -59,7 +65,7 @@ class LineDecoder:
             seconds = parse_time_us(key) // 1_000_000
             self._seconds[key] = seconds
         us = seconds * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
-        return LogLine(self.node, us, "", int(pid) if pid else 0, text[m.end():])
+        return LogLine(self.node, us, "", int(pid) if pid else 0, text[m.end() :])
 
 
 def field_text(value: object) -> str:
@@ -103,4 +109,3 @@ def read_dump(path: Path, node: str) -> Iterator[LogLine | DumpLineError]:
                 continue
             if line is not None:
                 yield line
-

@@ -1,0 +1,492 @@
+"""The parser on verbatim llama.cpp lines of every era (format strings rendered as printf would)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from exporter.logline import Event, EventKind, Interval, LogLine
+from exporter.parse import MAX_DURATION_US, ParseError, Parser, ms_to_us
+
+T0 = 1_790_000_000_000_000  # a journal time, microseconds
+
+
+@dataclass(frozen=True)
+class Want:
+    """An expected interval: end (ms after T0), duration (ms, as logged), tokens and the rest."""
+
+    end_ms: int
+    dur: str
+    tokens: int | None
+    prompt: int | None = None
+    generated: int | None = None
+    slot: int | None = None
+    task: int | None = None
+    prompt_ms: str | None = None
+    gen_ms: str | None = None
+
+
+def feed(lines: list[tuple[int, str] | tuple[int, str, int]]) -> tuple[list[Interval], list[Event]]:
+    parser = Parser("n0")
+    out = []
+    for item in lines:
+        t_ms, msg = item[0], item[1]
+        pid = item[2] if len(item) == 3 else 100
+        out += parser.feed(LogLine("n0", T0 + t_ms * 1000, "", pid, msg))
+    return ([r for r in out if isinstance(r, Interval)], [r for r in out if isinstance(r, Event)])
+
+
+def want(w: Want) -> Interval:
+    return Interval(
+        node="n0",
+        start_us=T0 + w.end_ms * 1000 - ms_to_us(w.dur),
+        end_us=T0 + w.end_ms * 1000,
+        tokens=w.tokens,
+        prompt_tokens=w.prompt,
+        generated_tokens=w.generated,
+        prompt_us=ms_to_us(w.prompt_ms) if w.prompt_ms else None,
+        generation_us=ms_to_us(w.gen_ms) if w.gen_ms else None,
+        slot=w.slot,
+        task=w.task,
+        pid=100,
+    )
+
+
+PROMPT_C = "prompt eval time =    1171.24 ms /   381 tokens (    3.07 ms per token,   325.30 tokens per second)"
+EVAL_C = "       eval time =    3364.22 ms /   124 tokens (   27.13 ms per token,    36.86 tokens per second)"
+TOTAL_C = "      total time =    4535.45 ms /   505 tokens"
+D = "slot print_timing: id  0 | task 36 | "
+B_TAIL = 'tid="123510069428224" timestamp=1748883151 id_slot=0 id_task=408'
+FULL = {"prompt": 381, "generated": 124, "prompt_ms": "1171.24", "gen_ms": "3364.22"}
+
+ERAS: list[tuple[str, list[tuple[int, str]], list[Want]]] = [
+    (
+        "seed example",
+        [(0, "srv ... print_timing: ... total time = 47390.06 ms / 730 tokens")],
+        [Want(0, "47390.06", 730)],
+    ),
+    (
+        "era D: every line prefixed",
+        [
+            (0, D + PROMPT_C),
+            (0, D + EVAL_C),
+            (0, D + TOTAL_C),
+            (0, D + "   graphs reused =        122"),
+            (
+                0,
+                D
+                + "draft acceptance = 0.71875 (   92 accepted /   128 generated), mean len =  2.53",
+            ),
+        ],
+        [Want(0, "4535.45", 505, slot=0, task=36, **FULL)],  # type: ignore[arg-type]
+    ),
+    (
+        "era D with the 2026 log prefix",
+        [
+            (
+                0,
+                "50.10.605.993 I slot print_timing: id  0 | task 22576 |       total time =    "
+                "6739.60 ms /  2430 tokens",
+            )
+        ],
+        [Want(0, "6739.60", 2430, slot=0, task=22576)],
+    ),
+    (
+        "era C: header then three unprefixed lines",
+        [(0, "slot print_timing: id  1 | task 36 | "), (0, PROMPT_C), (0, EVAL_C), (0, TOTAL_C)],
+        [Want(0, "4535.45", 505, slot=1, task=36, **FULL)],  # type: ignore[arg-type]
+    ),
+    (
+        "era C with prefix on the header only, and the early \\r body lines",
+        [
+            (0, "0.12.345.678 I slot print_timing: id  0 | task 36 | "),
+            (0, "\r" + PROMPT_C),
+            (0, "\r" + EVAL_C),
+            (0, "\r" + TOTAL_C),
+            (0, "draft acceptance rate = 0.71875 (   92 accepted /   128 generated)"),
+        ],
+        [Want(0, "4535.45", 505, slot=0, task=36, **FULL)],  # type: ignore[arg-type]
+    ),
+    (
+        "era B: key=value tail, tokens from the earlier lines",
+        [
+            (
+                0,
+                "INFO [           print_timings] prompt eval time     =    1171.24 ms /   381 tokens "
+                "(    3.07 ms per token,   325.30 tokens per second) | "
+                + B_TAIL
+                + " t_prompt_processing=1171.238 n_prompt_tokens_processed=381 t_token=3.07 "
+                "n_tokens_second=325.29",
+            ),
+            (
+                0,
+                "INFO [           print_timings] generation eval time =    3364.22 ms /   124 runs   "
+                "(   27.13 ms per token,    36.86 tokens per second) | "
+                + B_TAIL
+                + " t_token_generation=3364.215 n_decoded=124 t_token=27.13 n_tokens_second=36.85",
+            ),
+            (
+                0,
+                "INFO [           print_timings]           total time =    4535.45 ms | "
+                + B_TAIL
+                + " t_prompt_processing=1171.238 t_token_generation=3364.215 t_total=4535.453",
+            ),
+        ],
+        [Want(0, "4535.45", 505, slot=0, task=408, **FULL)],  # type: ignore[arg-type]
+    ),
+    (
+        "era B in its JSON log format, early-2024 key names",
+        [
+            (
+                0,
+                '{"tid":"1","timestamp":1,"level":"INFO","function":"print_timings","line":1,'
+                '"msg":"prompt eval time     =    1171.24 ms /   381 tokens (    3.07 ms per token,'
+                '   325.30 tokens per second)","slot_id":2,"task_id":9}',
+            ),
+            (
+                0,
+                '{"tid":"1","timestamp":1,"level":"INFO","function":"print_timings","line":2,'
+                '"msg":"generation eval time =    3364.22 ms /   124 runs   (   27.13 ms per token,'
+                '    36.86 tokens per second)","slot_id":2,"task_id":9}',
+            ),
+            (
+                0,
+                '{"tid":"1","timestamp":1,"level":"INFO","function":"print_timings","line":3,'
+                '"msg":"          total time =    4535.45 ms","slot_id":2,"task_id":9}',
+            ),
+        ],
+        [Want(0, "4535.45", 505, slot=2, task=9, **FULL)],  # type: ignore[arg-type]
+    ),
+    (
+        "era A: prefix print_timings:, an empty line first, total without tokens",
+        [
+            (0, ""),
+            (
+                0,
+                "print_timings: prompt eval time =    1171.24 ms /   381 tokens (    3.07 ms "
+                "per token,   325.30 tokens per second)",
+            ),
+            (
+                0,
+                "print_timings:        eval time =    3364.22 ms /   124 runs   (   27.13 ms per "
+                "token,    36.86 tokens per second)",
+            ),
+            (0, "print_timings:       total time =    4535.45 ms"),
+        ],
+        [Want(0, "4535.45", 505, **FULL)],  # type: ignore[arg-type]
+    ),
+    (
+        "libllama perf print (llama-cli, llama-cpp-python)",
+        [
+            (0, "llama_perf_context_print:        load time =    2345.67 ms"),
+            (
+                0,
+                "llama_perf_context_print: prompt eval time =    1171.24 ms /   381 tokens (    3.07 "
+                "ms per token,   325.30 tokens per second)",
+            ),
+            (
+                0,
+                "llama_perf_context_print:        eval time =    3364.22 ms /   123 runs   (   27.35"
+                " ms per token,    36.56 tokens per second)",
+            ),
+            (0, "llama_perf_context_print:       total time =    4612.03 ms /   504 tokens"),
+            (0, "llama_perf_context_print:    graphs reused =        121"),
+            (
+                0,
+                "llama_perf_sampler_print:    sampling time =      41.37 ms /   124 runs   (    0.33"
+                " ms per token,  2997.34 tokens per second)",
+            ),
+        ],
+        [Want(0, "4612.03", 504, prompt=381, generated=123, prompt_ms="1171.24", gen_ms="3364.22")],
+    ),
+    (
+        "older llama_print_timings without tokens on the total line",
+        [
+            (0, "llama_print_timings:        load time =    2345.67 ms"),
+            (
+                0,
+                "llama_print_timings:      sample time =      41.37 ms /   124 runs   (    0.33 ms "
+                "per token,  2997.34 tokens per second)",
+            ),
+            (
+                0,
+                "llama_print_timings: prompt eval time =    1171.24 ms /   381 tokens (    3.07 ms "
+                "per token,   325.30 tokens per second)",
+            ),
+            (
+                0,
+                "llama_print_timings:        eval time =    3364.22 ms /   123 runs   (   27.35 ms "
+                "per token,    36.56 tokens per second)",
+            ),
+            (0, "llama_print_timings:       total time =    4612.03 ms"),
+        ],
+        [Want(0, "4612.03", 504, prompt=381, generated=123, prompt_ms="1171.24", gen_ms="3364.22")],
+    ),
+    (
+        "progress and other print_timing lines are not requests",
+        [
+            (
+                0,
+                "slot print_timing: id  0 | task 1 | prompt processing, n_tokens =   3584, progress ="
+                " 0.08, t =   3.38 s / 1061.20 tokens per second",
+            ),
+            (0, "slot print_timing: id  0 | task 36 | n_decoded =    100, tg =  11.44 t/s"),
+            (
+                0,
+                "slot print_timing: id  0 | task 36 | n_gen =    300, tg =  36.86 t/s, tg_3s =  37.02"
+                " t/s",
+            ),
+            (
+                0,
+                "slot update_slots: id  0 | task 36 | prompt processing progress, n_tokens = 4096, "
+                "batch.n_tokens = 2048, progress = 0.819200",
+            ),
+            (
+                0,
+                "common_perf_print: unaccounted time =      12.00 ms /   0.3 %      (total - sampling"
+                " - prompt eval - eval) / (total)",
+            ),
+        ],
+        [],
+    ),
+    (
+        "two parallel slots, blocks back to back",
+        [
+            (0, "slot print_timing: id  0 | task 5 | "),
+            (0, TOTAL_C),
+            (
+                10,
+                "slot print_timing: id  1 | task 6 |       total time =   20000.00 ms /   900 tokens",
+            ),
+        ],
+        [Want(0, "4535.45", 505, slot=0, task=5), Want(10, "20000.00", 900, slot=1, task=6)],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"), [(lines, w) for _, lines, w in ERAS], ids=[name for name, _, _ in ERAS]
+)
+def test_eras(lines: list[tuple[int, str]], expected: list[Want]) -> None:
+    intervals, events = feed(lines)  # type: ignore[arg-type]
+    assert intervals == [want(w) for w in expected]
+    assert events == []
+
+
+GARBLED = [
+    "slot print_timing: id  0 | task 36 |       total time =    -12.00 ms /   505 tokens",
+    "slot print_timing: id  0 | task 36 |       total time =     nan ms /   505 tokens",
+    "slot print_timing: id  0 | task 36 |       total time =    12.0.0 ms /   505 tokens",
+    "slot print_timing: id  0 | task 36 |       total time =    12.00 ms /   -5 tokens",
+    "slot print_timing: id  0 | task 36 |       total time =   9999999999.00 ms /   5 tokens",
+    "      total time =    4535.45 ms /   5000000000000 tokens",
+    "      total time = ms",
+    "prompt eval time =    1e5 ms /   381 tokens",
+    "       eval time =    33.2 ms /   abc tokens",
+]
+
+
+@pytest.mark.parametrize("message", GARBLED)
+def test_garbled_lines_are_parse_errors(message: str) -> None:
+    intervals, events = feed([(0, message), (5, "slot print_timing: id  0 | task 37 | " + TOTAL_C)])
+    assert [e.kind for e in events] == [EventKind.PARSE_ERROR]
+    assert events[0].node == "n0" and events[0].detail
+    assert [i.task for i in intervals] == [37]  # and the parser goes on
+
+
+def test_garbled_component_does_not_leak_into_next_block() -> None:
+    intervals, events = feed([(0, "prompt eval time = x ms / 3 tokens"), (0, TOTAL_C)])
+    assert len(events) == 1 and intervals[0].prompt_tokens is None
+
+
+@pytest.mark.parametrize(
+    ("text", "us"),
+    [
+        ("0.00", 0),
+        ("6739.60", 6_739_600),
+        ("47390.06", 47_390_060),
+        ("3209.839", 3_209_839),
+        ("1.0005", 1_001),
+        ("1.0004", 1_000),
+        ("7", 7000),
+    ],
+)
+def test_ms_to_us_is_exact(text: str, us: int) -> None:
+    assert ms_to_us(text) == us
+
+
+def test_ms_to_us_refuses_absurd() -> None:
+    with pytest.raises(ParseError):
+        ms_to_us(str(MAX_DURATION_US // 1000 + 1))
+
+
+START = "slot launch_slot_: id  0 | task {t} | processing task"
+STOP = "slot      release: id  0 | task {t} | stop processing: n_past = 505, truncated = 0"
+TOTAL_D = "slot print_timing: id  0 | task {t} |       total time =    4535.45 ms /   505 tokens"
+
+
+def kinds(events: list[Event]) -> list[tuple[EventKind, int | None]]:
+    return [(e.kind, e.task) for e in events]
+
+
+@pytest.mark.parametrize(
+    ("lines", "n_intervals", "events"),
+    [
+        # older servers: stop before the block; newer: after it. Neither is a cancel.
+        (
+            [
+                (0, START.format(t=1)),
+                (4535, STOP.format(t=1)),
+                (4535, TOTAL_D.format(t=1)),
+                (9000, START.format(t=2)),
+            ],
+            1,
+            [(EventKind.STARTED, 1), (EventKind.STARTED, 2)],
+        ),
+        (
+            [
+                (0, START.format(t=1)),
+                (4535, TOTAL_D.format(t=1)),
+                (4535, STOP.format(t=1)),
+                (9000, START.format(t=2)),
+            ],
+            1,
+            [(EventKind.STARTED, 1), (EventKind.STARTED, 2)],
+        ),
+        # newest builds: `processing task, is_child = 0`, `stop processing: n_tokens = ...`
+        (
+            [
+                (0, START.format(t=1) + ", is_child = 0"),
+                (4535, TOTAL_D.format(t=1)),
+                (4535, STOP.format(t=1).replace("n_past", "n_tokens")),
+            ],
+            1,
+            [(EventKind.STARTED, 1)],
+        ),
+        # stop, no timing within 1 s of journal time: cancelled at the next line after that
+        (
+            [
+                (0, START.format(t=1)),
+                (300, STOP.format(t=1)),
+                (1200, "unrelated"),
+                (1301, "unrelated"),
+            ],
+            0,
+            [(EventKind.STARTED, 1), (EventKind.CANCELLED, 1)],
+        ),
+        # stop, and the next start on the slot comes first: cancelled then
+        (
+            [(0, START.format(t=1)), (300, STOP.format(t=1)), (400, START.format(t=2))],
+            0,
+            [(EventKind.STARTED, 1), (EventKind.CANCELLED, 1), (EventKind.STARTED, 2)],
+        ),
+        # task -1 lines are not requests
+        ([(0, START.format(t=-1)), (10, STOP.format(t=-1)), (5000, "x")], 0, []),
+        # era B start and release (the release comes after the block: no cancel)
+        (
+            [
+                (0, "INFO [   launch_slot_with_task] slot is processing task | " + B_TAIL),
+                (
+                    4535,
+                    "INFO [           print_timings]           total time =    4535.45 ms | "
+                    + B_TAIL,
+                ),
+                (
+                    4536,
+                    "INFO [            update_slots] slot released | "
+                    + B_TAIL
+                    + " n_ctx=40960 n_past=960 truncated=false",
+                ),
+                (9000, "x"),
+            ],
+            1,
+            [(EventKind.STARTED, 408)],
+        ),
+        # era B cancel: released, never timed
+        (
+            [
+                (0, "INFO [   launch_slot_with_task] slot is processing task | " + B_TAIL),
+                (10, "INFO [            update_slots] slot released | " + B_TAIL),
+                (2000, "x"),
+            ],
+            0,
+            [(EventKind.STARTED, 408), (EventKind.CANCELLED, 408)],
+        ),
+    ],
+    ids=[
+        "stop-before-block",
+        "stop-after-block",
+        "newest-wording",
+        "cancel-by-time",
+        "cancel-by-next-start",
+        "task-minus-one",
+        "era-b-release",
+        "era-b-cancel",
+    ],
+)
+def test_start_stop(
+    lines: list[tuple[int, str]], n_intervals: int, events: list[tuple[EventKind, int]]
+) -> None:
+    intervals, evs = feed(lines)  # type: ignore[arg-type]
+    assert len(intervals) == n_intervals
+    assert kinds(evs) == events
+
+
+def test_flush_decides_a_waiting_stop_without_new_lines() -> None:
+    p = Parser("n0")
+    p.feed(LogLine("n0", T0, "", 100, START.format(t=1)))
+    p.feed(LogLine("n0", T0 + 300_000, "", 100, STOP.format(t=1)))
+    assert p.flush(T0 + 1_300_000) == []
+    (ev,) = p.flush(T0 + 1_300_001)
+    assert isinstance(ev, Event)
+    assert (ev.kind, ev.task, ev.time_us) == (EventKind.CANCELLED, 1, T0 + 300_000)
+
+
+def test_new_pid_is_a_restart_and_drops_the_block() -> None:
+    intervals, events = feed(
+        [
+            (0, START.format(t=1), 100),
+            (10, "slot print_timing: id  0 | task 1 | ", 100),
+            (10, PROMPT_C, 100),
+            (20, "Started sm-llm.service", 1),  # systemd's own line: not llama-server's
+            (5000, "      total time =    4535.45 ms", 200),
+        ]
+    )
+    assert [(e.kind, e.pid) for e in events] == [(EventKind.STARTED, 100), (EventKind.RESTART, 200)]
+    assert len(intervals) == 1
+    assert (intervals[0].task, intervals[0].tokens, intervals[0].prompt_tokens) == (
+        None,
+        None,
+        None,
+    )
+
+
+def test_restart_turns_waiting_stops_into_cancels() -> None:
+    _, events = feed(
+        [(0, START.format(t=1), 100), (10, STOP.format(t=1), 100), (20, START.format(t=1), 200)]
+    )
+    assert [(e.kind, e.pid) for e in events] == [
+        (EventKind.STARTED, 100),
+        (EventKind.CANCELLED, 100),
+        (EventKind.RESTART, 200),
+        (EventKind.STARTED, 200),
+    ]
+
+
+def test_state_round_trip_mid_block() -> None:
+    """A checkpoint taken inside a multi-line block resumes it."""
+    lines = [
+        (0, START.format(t=1)),
+        (10, STOP.format(t=2)),
+        (20, D.strip() + " "),
+        (20, PROMPT_C),
+        (20, EVAL_C),
+    ]
+    p = Parser("n0")
+    for t, msg in lines:
+        p.feed(LogLine("n0", T0 + t * 1000, "", 100, msg))
+    resumed = Parser.from_state("n0", p.state())
+    assert resumed == p
+    last = LogLine("n0", T0 + 20_000, "", 100, TOTAL_C)
+    assert resumed.feed(last) == p.feed(last)
