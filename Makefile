@@ -43,13 +43,15 @@ pytest: venv deps
 
 test: lint typecheck pytest
 
-# The daemon on the embedded demo (three nodes, no sm-llm unit or SSH needed).
+# The embedded demo (three nodes, no sm-llm unit or SSH needed): the last hour of a seeded
+# workload as journal dumps, then the report over that hour.
 run: venv
-	$(BIN)/sm-llm-exporter report --since 2026-09-22T07:32:55 --until 2026-09-22T08:45:10 \
-	  $(foreach n,0 1 2,--input node$(n)=exporter/demo/node$(n).log)
+	@args=$$($(BIN)/python -m exporter.demo .demo) && \
+	$(BIN)/sm-llm-exporter report --since "$$(date -u -d '-1 hour' +%FT%T)" \
+	  --until "$$(date -u +%FT%T)" $$args
 
 bench: venv
 	$(BIN)/python bench/report.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf .demo $(VENV) .mypy_cache .ruff_cache .pytest_cache
