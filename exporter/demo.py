@@ -48,18 +48,36 @@ def node_lines(node: str, seed: int, start_us: int, end_us: int) -> Iterator[Dem
         prompt_ms = round(total_ms * rng.uniform(0.15, 0.4), 2)
         gen_ms = round(total_ms - prompt_ms, 2)
         prefix = f"slot print_timing: id  0 | task {task} | "
-        yield DemoLine(t + rng.randrange(50, 900), pid,
-                       f"slot launch_slot_: id  0 | task {task} | processing task, is_child = 0")
-        yield DemoLine(end, pid, prefix + f"prompt eval time = {prompt_ms:10.2f} ms / {prompt:5d}"
-                       f" tokens ({prompt_ms / prompt:8.2f} ms per token,"
-                       f" {1e3 / prompt_ms * prompt:8.2f} tokens per second)")
-        yield DemoLine(end, pid, prefix + f"       eval time = {gen_ms:10.2f} ms / {generated:5d}"
-                       f" tokens ({gen_ms / generated:8.2f} ms per token,"
-                       f" {1e3 / gen_ms * generated:8.2f} tokens per second)")
-        yield DemoLine(end, pid, prefix + f"      total time = {total_ms:10.2f} ms /"
-                       f" {prompt + generated:5d} tokens")
-        yield DemoLine(end + 30, pid, f"slot      release: id  0 | task {task} | stop processing:"
-                       f" n_tokens = {prompt + generated}, truncated = 0")
+        yield DemoLine(
+            t + rng.randrange(50, 900),
+            pid,
+            f"slot launch_slot_: id  0 | task {task} | processing task, is_child = 0",
+        )
+        yield DemoLine(
+            end,
+            pid,
+            prefix + f"prompt eval time = {prompt_ms:10.2f} ms / {prompt:5d}"
+            f" tokens ({prompt_ms / prompt:8.2f} ms per token,"
+            f" {1e3 / prompt_ms * prompt:8.2f} tokens per second)",
+        )
+        yield DemoLine(
+            end,
+            pid,
+            prefix + f"       eval time = {gen_ms:10.2f} ms / {generated:5d}"
+            f" tokens ({gen_ms / generated:8.2f} ms per token,"
+            f" {1e3 / gen_ms * generated:8.2f} tokens per second)",
+        )
+        yield DemoLine(
+            end,
+            pid,
+            prefix + f"      total time = {total_ms:10.2f} ms / {prompt + generated:5d} tokens",
+        )
+        yield DemoLine(
+            end + 30,
+            pid,
+            f"slot      release: id  0 | task {task} | stop processing:"
+            f" n_tokens = {prompt + generated}, truncated = 0",
+        )
         t = end
         task += 1 + rng.randrange(3)
 
@@ -77,8 +95,9 @@ def write_dumps(directory: Path, seed: int, start_us: int, end_us: int) -> dict[
     for node in NODES:
         path = directory / f"{node}.log"
         with path.open("w", encoding="utf-8") as f:
-            f.writelines(short_iso(node, line) + "\n"
-                         for line in node_lines(node, seed, start_us, end_us))
+            f.writelines(
+                short_iso(node, line) + "\n" for line in node_lines(node, seed, start_us, end_us)
+            )
         paths[node] = path
     return paths
 

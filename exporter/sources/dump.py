@@ -22,11 +22,12 @@ class DumpLineError(ValueError):
 
 
 class LineDecoder:
-    """Decodes one node's dump lines; caches the date-time prefixes it has already converted."""
+    """Decodes one node's dump lines; remembers the last date-hour it converted."""
 
     def __init__(self, node: str) -> None:
         self.node = node
-        self._seconds: dict[str, int] = {}
+        self._hour_key = ""  # the date-hour and offset converted last, and its epoch seconds
+        self._hour_s = 0
 
     def decode(self, raw: bytes) -> LogLine | None:
         """One line (without its newline) -> LogLine; None for journalctl's `-- ... --` notes and
@@ -59,11 +60,17 @@ class LineDecoder:
         if m is None:
             raise DumpLineError("neither journal JSON nor short-iso-precise")
         stamp, frac, offset, pid = m.groups()
-        key = stamp + (offset or "")
-        seconds = self._seconds.get(key)
-        if seconds is None:
-            seconds = parse_time_us(key) // 1_000_000
-            self._seconds[key] = seconds
+        key = stamp[:13] + (offset or "")
+        if key != self._hour_key:  # lines come in time order: one conversion an hour
+            try:
+                hour_us = parse_time_us(stamp[:13] + ":00:00" + (offset or ""))
+            except ValueError as e:
+                raise DumpLineError(f"bad time {stamp!r}: {e}") from None
+            self._hour_key, self._hour_s = key, hour_us // 1_000_000
+        minute, second = int(stamp[14:16]), int(stamp[17:19])
+        if minute > 59 or second > 60:
+            raise DumpLineError(f"bad time {stamp!r}")
+        seconds = self._hour_s + minute * 60 + second
         us = seconds * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
         return LogLine(self.node, us, "", int(pid) if pid else 0, text[m.end() :])
 
