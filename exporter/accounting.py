@@ -173,11 +173,20 @@ class Accounting:
         for rec in recs:
             self.add(rec)
 
-    def line_read(self, node: str, time_us: int, entries: int = 1) -> None:
+    def line_read(self, node: str, time_us: int | None, entries: int = 1) -> None:
         """The source read `entries` entries, the newest at journal time `time_us`."""
         ns = self.nodes[node]
         ns.entries += entries
-        ns.newest_us = max(ns.newest_us, time_us)
+        if time_us is not None:
+            ns.newest_us = max(ns.newest_us, time_us)
+
+    def read_until(self, node: str, now_us: int) -> int:
+        """The journal time up to which `node` has nothing unread: the newest entry read, or
+        now - 2 s while its source is connected and caught up."""
+        ns = self.nodes[node]
+        if ns.up and ns.caught_up:
+            return max(ns.newest_us, now_us - CAUGHT_UP_SLACK_US)
+        return ns.newest_us
 
     def source_state(
         self, node: str, *, up: bool, caught_up: bool, now_us: int, lag_us: int = 0
@@ -243,9 +252,7 @@ class Accounting:
     def node_bound(self, node: str, now_us: int) -> int:
         """No request of `node` that covers a time before this can still be unseen."""
         ns = self.nodes[node]
-        newest = ns.newest_us
-        if ns.up and ns.caught_up:
-            newest = max(newest, now_us - CAUGHT_UP_SLACK_US)
+        newest = self.read_until(node, now_us)
         if not ns.start_lines:
             return newest - self.max_request_us
         if not ns.in_flight:

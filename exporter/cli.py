@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from exporter import __version__, report
+from exporter import __version__, config, daemon, demo, report
 from exporter.kinds import DEFAULT_RULES, Kinds, split_rules
 from exporter.sources.dump import parse_time_us, read_dump
 
@@ -45,6 +47,42 @@ def _parser() -> argparse.ArgumentParser:
         help="default: info",
     )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="the daemon: follow every node's journal and serve /metrics",
+        description="Follow every configured node's journal and serve /metrics, /-/healthy "
+        "and /-/ready. SIGTERM or SIGINT stop it cleanly.",
+    )
+    run.add_argument(
+        "--config",
+        type=Path,
+        default=config.DEFAULT_PATH,
+        metavar="FILE",
+        help=f"default: {config.DEFAULT_PATH}",
+    )
+
+    check = sub.add_parser(
+        "check-config",
+        help="check a config file; every problem at once",
+        description="Check a config file and list every problem with its key path and line. "
+        "Exit 0 only when it is valid.",
+    )
+    check.add_argument("file", type=Path, metavar="FILE")
+
+    dm = sub.add_parser(
+        "demo",
+        help="the daemon on three demo nodes (no sm-llm unit or SSH needed)",
+        description="Write the last hour of a seeded three-node workload as journal dumps, "
+        "append each later line as its time comes, and run the daemon on them.",
+    )
+    dm.add_argument(
+        "--dir",
+        type=Path,
+        metavar="DIR",
+        help="where the demo journals go (default: a new temporary directory)",
+    )
+    dm.add_argument("--listen", default=":10027", metavar="HOST:PORT", help="default: :10027")
 
     rp = sub.add_parser(
         "report",
@@ -95,7 +133,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.command == "report":
         return _report(args)
+    if args.command == "check-config":
+        return _check_config(args.file)
+    if args.command == "run":
+        return _run(args.config)
+    if args.command == "demo":
+        directory = args.dir or Path(tempfile.mkdtemp(prefix="sm-llm-demo-"))
+        asyncio.run(demo.run_demo(directory, args.listen))
+        return 0
     return 2
+
+
+def _load(path: Path) -> config.Config | None:
+    try:
+        cfg = config.load(path)
+    except config.ConfigError as e:
+        log.error("%s", e)
+        return None
+    problems = daemon.unavailable_sources(cfg)
+    if problems:
+        log.error("%s: %d problem(s):\n%s", path, len(problems), "\n".join(problems))
+        return None
+    return cfg
+
+
+def _check_config(path: Path) -> int:
+    cfg = _load(path)
+    if cfg is None:
+        return 1
+    print(f"{path}: valid, {len(cfg.nodes)} node(s)")
+    for line in config.describe(cfg):
+        print(f"  {line}")
+    return 0
+
+
+def _run(path: Path) -> int:
+    cfg = _load(path)
+    if cfg is None:
+        return 1
+    log.info("sm-llm-exporter %s starting with %s", __version__, path)
+    for line in config.describe(cfg):
+        log.info("%s", line)
+    asyncio.run(daemon.Daemon(cfg).run_until_signalled())
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -7,13 +7,23 @@ timing block and its release line; the last node sometimes sits idle for minutes
 
 from __future__ import annotations
 
+import asyncio
+import heapq
+import logging
 import random
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from exporter.config import Config, FileNode
+from exporter.daemon import Daemon
+
+log = logging.getLogger(__name__)
+
 NODES = ("node0", "node1", "node2")
+SEED = 1
 SECOND = 1_000_000
 
 
@@ -102,11 +112,74 @@ def write_dumps(directory: Path, seed: int, start_us: int, end_us: int) -> dict[
     return paths
 
 
-if __name__ == "__main__":  # python -m exporter.demo DIR: the last hour of the demo, as dumps
-    import sys
-    import time
+def demo_config(directory: Path, listen: str, since_us: int) -> Config:
+    """Three file nodes over the demo's dumps, state kept beside them."""
+    host, _, port = listen.rpartition(":")
+    since = datetime.fromtimestamp(since_us / SECOND, UTC).isoformat()
+    return Config(
+        listen_host=host,
+        listen_port=int(port),
+        state_dir=directory / "state",
+        since=since,
+        nodes=tuple(FileNode(n, directory / f"{n}.log") for n in NODES),
+    )
 
-    now = int(time.time()) * SECOND
-    for node, path in write_dumps(Path(sys.argv[1]), 1, now - 3600 * SECOND, now).items():
-        print(f"--input {node}={path}", end=" ")
-    print()
+
+class Appender:
+    """Writes the last hour of the demo now, then each later line when its time comes."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        seed: int = SEED,
+        hours: float = 1.0,
+    ) -> None:
+        self.directory = directory
+        self.clock = clock
+        now = int(clock() * SECOND)
+        self.start_us = now - int(hours * 3600 * SECOND)
+        far = now + 365 * 86_400 * SECOND
+        self._streams = {n: node_lines(n, seed, self.start_us, far) for n in NODES}
+        self._next: list[tuple[int, str, DemoLine]] = []
+        for node, stream in self._streams.items():
+            self._push(node, stream)
+        directory.mkdir(parents=True, exist_ok=True)
+        for node in NODES:
+            (directory / f"{node}.log").write_bytes(b"")
+        self.write_due(now)
+
+    def _push(self, node: str, stream: Iterator[DemoLine]) -> None:
+        line = next(stream, None)
+        if line is not None:
+            heapq.heappush(self._next, (line.time_us, node, line))
+
+    def write_due(self, now_us: int) -> int:
+        """Append every line whose time has come; returns how many."""
+        due: dict[str, list[str]] = {}
+        while self._next and self._next[0][0] <= now_us:
+            _, node, line = heapq.heappop(self._next)
+            due.setdefault(node, []).append(short_iso(node, line) + "\n")
+            self._push(node, self._streams[node])
+        for node, lines in due.items():
+            with (self.directory / f"{node}.log").open("a", encoding="utf-8") as f:
+                f.writelines(lines)
+        return sum(map(len, due.values()))
+
+    async def run(self) -> None:
+        while True:
+            wait = (self._next[0][0] / SECOND - self.clock()) if self._next else 1.0
+            await asyncio.sleep(min(max(wait, 0.05), 1.0))
+            await asyncio.to_thread(self.write_due, int(self.clock() * SECOND))
+
+
+async def run_demo(directory: Path, listen: str) -> None:
+    """The daemon on three demo nodes whose journals grow as their time comes."""
+    appender = Appender(directory)
+    log.info("demo journals in %s (the last hour, growing)", directory)
+    daemon = Daemon(demo_config(directory, listen, appender.start_us))
+    async with asyncio.TaskGroup() as tg:
+        appending = tg.create_task(appender.run(), name="demo appender")
+        await daemon.run_until_signalled()
+        appending.cancel()

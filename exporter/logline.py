@@ -63,3 +63,23 @@ class Event:
 
 
 Record = Interval | Event
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What a source hands over: the lines that may matter, and where it stands after them.
+
+    A source may leave out lines that cannot carry a request (see `parse.KEYWORDS`), but counts
+    them in `entries` and reports the journal time of the newest entry it read."""
+
+    node: str
+    lines: tuple[LogLine, ...] = ()
+    entries: int = 0  # journal entries read in this batch, relevant or not
+    newest_us: int | None = None  # journal time of the newest entry read
+    position: str = ""  # where to resume after this batch ("" if unchanged)
+    up: bool = True  # the journal is being followed
+    caught_up: bool = False  # everything the journal held has been read
+    reconnected: bool = False  # the source had to start over (counts a reconnect)
+    gap: bool = False  # it could not continue from the saved position
+    error: str = ""  # why it is down, for logs
+    errors: tuple[str, ...] = ()  # lines that may have mattered but could not be read

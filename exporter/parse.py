@@ -21,6 +21,9 @@ STOP_GRACE_US = 1_000_000
 MAX_DURATION_US = 7 * 86_400 * 1_000_000
 MAX_TOKENS = 1_000_000_000
 
+# Every line `Parser.feed` can use contains one of these; a source may skip the others unread.
+KEYWORDS = (b"total time", b"eval time", b" | task ", b"slot is processing task", b"slot released")
+
 _NUMBER = re.compile(r"(\d+)(?:\.(\d+))?")
 _COUNT = re.compile(r"\d+")
 _TOTAL = re.compile(r"total time\s*=\s*(\S+)\s*ms(?:\s*/\s*(\S+)\s+tokens)?")

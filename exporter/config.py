@@ -1,0 +1,562 @@
+"""YAML config -> frozen dataclasses, checked once; every problem with its key path and line."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.kinds import DEFAULT_RULES, KindRule, Kinds
+from exporter.sources.dump import parse_time_us
+
+DEFAULT_PATH = Path("/etc/sm-llm-exporter/config.yaml")
+DEFAULT_BUCKETS = (
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    45.0,
+    60.0,
+    90.0,
+    120.0,
+    180.0,
+    300.0,
+    600.0,
+)
+# systemd.unit(5): ASCII letters, digits, ":", "-", "_", ".", "\" and one "@"; at most 255 bytes
+_UNIT = re.compile(
+    r"[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.(service|socket|target|scope|"
+    r"timer|slice|mount|path|swap|device|automount)"
+)
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+_KIND_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_RELATIVE = re.compile(r"-(\d+)([smhd])")
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class ConfigError(Exception):
+    """The config cannot be used; `problems` lists every one, each with its place."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: {len(problems)} problem(s):\n" + "\n".join(problems))
+
+
+@dataclass(frozen=True)
+class FileNode:
+    name: str
+    path: Path
+    source: str = "file"
+
+
+@dataclass(frozen=True)
+class JournalNode:
+    name: str
+    unit: str
+    directory: Path | None = None
+    files: tuple[Path, ...] = ()
+    source: str = "journal"
+
+
+@dataclass(frozen=True)
+class SshNode:
+    name: str
+    host: str
+    unit: str
+    port: int = 22
+    user: str = "root"
+    known_hosts: Path | None = Path("/etc/sm-llm-exporter/known_hosts")
+    verify_host_key: bool = True
+    client_keys: tuple[Path, ...] = ()
+    password_file: Path | None = None
+    password_env: str | None = None
+    journal_directory: str | None = None
+    keepalive_interval: float = 15.0
+    keepalive_count_max: int = 3
+    source: str = "ssh"
+
+
+NodeConfig = FileNode | JournalNode | SshNode
+
+
+@dataclass(frozen=True)
+class Config:
+    listen_host: str = ""
+    listen_port: int = 10027
+    state_dir: Path = Path("/var/lib/sm-llm-exporter")
+    unit: str = "sm-llm.service"
+    max_request_seconds: int = 600
+    stall_seconds: int = 300
+    since: str = "now"
+    duration_buckets: tuple[float, ...] = DEFAULT_BUCKETS
+    kinds: Kinds = field(default_factory=lambda: Kinds(DEFAULT_RULES))
+    nodes: tuple[NodeConfig, ...] = ()
+
+    def since_us(self, now_us: int) -> int:
+        """Where a node with no checkpoint starts reading."""
+        return since_us(self.since, now_us)
+
+
+def since_us(text: str, now_us: int) -> int:
+    if text == "now":
+        return now_us
+    m = _RELATIVE.fullmatch(text)
+    if m:
+        return now_us - int(m.group(1)) * _UNITS_S[m.group(2)] * 1_000_000
+    return parse_time_us(text)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+_TOP = {
+    "listen",
+    "state_dir",
+    "unit",
+    "max_request_seconds",
+    "stall_seconds",
+    "since",
+    "duration_buckets",
+    "kinds",
+    "nodes",
+}
+_NODE_KEYS = {
+    "file": {"name", "source", "path"},
+    "journal": {"name", "source", "unit", "directory", "files"},
+    "ssh": {
+        "name",
+        "source",
+        "unit",
+        "host",
+        "port",
+        "user",
+        "known_hosts",
+        "verify_host_key",
+        "client_keys",
+        "password_file",
+        "password_env",
+        "journal_directory",
+        "keepalive_interval",
+        "keepalive_count_max",
+    },
+}
+_KIND_KEYS = {"name", "min_tokens", "max_tokens"}
+_SECRET_KEYS = {"password", "passphrase", "secret", "token"}
+
+
+def load(path: Path, env: Mapping[str, str] = os.environ) -> Config:
+    """Read and check `path`; ConfigError lists every problem found."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(str(path), [f"{path}: cannot read: {e}"]) from None
+    return parse(text, str(path), env)
+
+
+def parse(text: str, source: str = "<config>", env: Mapping[str, str] = os.environ) -> Config:
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else {}
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        raise ConfigError(source, [f"{where}: not valid YAML: {e}"]) from None
+    lines: dict[str, int] = {}
+    if node is not None:
+        _index_lines(node, "", lines)
+    checker = _Checker(source, lines, env)
+    config = checker.config(data)
+    if checker.problems:
+        raise ConfigError(source, sorted(checker.problems, key=_line_of))
+    return config
+
+
+def _line_of(problem: str) -> int:
+    m = re.match(r"[^:]*:(\d+):", problem)
+    return int(m.group(1)) if m else 0
+
+
+def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = f"{path}.{key.value}" if path else str(key.value)
+            out[sub] = key.start_mark.line + 1
+            _index_lines(value, sub, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _index_lines(item, f"{path}[{i}]", out)
+
+
+class _Checker:
+    """Collects every problem instead of stopping at the first."""
+
+    def __init__(self, source: str, lines: dict[str, int], env: Mapping[str, str]) -> None:
+        self.source, self.lines, self.env = source, lines, env
+        self.problems: list[str] = []
+
+    def problem(self, path: str, text: str) -> None:
+        probe = path
+        while probe not in self.lines and probe:
+            probe = re.sub(r"(\.[^.\[]*|\[\d+\])$", "", probe)
+        line = self.lines.get(probe)
+        where = f"{self.source}:{line}" if line else self.source
+        self.problems.append(f"{where}: {path or '(top)'}: {text}")
+
+    def mapping(self, value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.problem(path, f"must be a mapping, got {_show(value)}")
+            return {}
+        for key in value:
+            sub = f"{path}.{key}" if path else str(key)
+            if key in allowed:
+                continue
+            if str(key).lower() in _SECRET_KEYS:
+                self.problem(sub, "secrets are never inline: use password_file or password_env")
+                continue
+            near = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            self.problem(sub, f"unknown key {key!r}{hint}")
+        return value
+
+    def get(
+        self,
+        d: dict[str, Any],
+        key: str,
+        path: str,
+        kind: Callable[[Any], Any],
+        default: Any,
+        what: str,
+    ) -> Any:
+        if key not in d or d[key] is None:
+            return default
+        sub = f"{path}.{key}" if path else key
+        try:
+            return kind(d[key])
+        except (TypeError, ValueError) as e:
+            self.problem(sub, f"{what}, got {_show(d[key])}" + (f" ({e})" if str(e) else ""))
+            return default
+
+    def config(self, data: Any) -> Config:
+        top = self.mapping(data, "", _TOP)
+        d = Config()
+        host, port = self.get(
+            top,
+            "listen",
+            "",
+            _listen,
+            (d.listen_host, d.listen_port),
+            'must be "HOST:PORT" or ":PORT" with a port 0..65535',
+        )
+        unit = self.get(top, "unit", "", _unit, d.unit, "must be a systemd unit name")
+        return Config(
+            listen_host=host,
+            listen_port=port,
+            state_dir=self.get(top, "state_dir", "", self._path, d.state_dir, "must be a path"),
+            unit=unit,
+            max_request_seconds=self.get(
+                top,
+                "max_request_seconds",
+                "",
+                _positive_int,
+                d.max_request_seconds,
+                "must be a positive integer",
+            ),
+            stall_seconds=self.get(
+                top,
+                "stall_seconds",
+                "",
+                _positive_int,
+                d.stall_seconds,
+                "must be a positive integer",
+            ),
+            since=self.get(
+                top,
+                "since",
+                "",
+                _since,
+                d.since,
+                "must be now, an ISO 8601 time or a relative time like -24h",
+            ),
+            duration_buckets=self.get(
+                top,
+                "duration_buckets",
+                "",
+                _buckets,
+                d.duration_buckets,
+                "must be a list of increasing positive seconds",
+            ),
+            kinds=self.kinds(top.get("kinds")) if "kinds" in top else d.kinds,
+            nodes=self.nodes(top.get("nodes"), unit),
+        )
+
+    def kinds(self, value: Any) -> Kinds:
+        if not isinstance(value, list) or not value:
+            self.problem("kinds", f"must be a non-empty list of rules, got {_show(value)}")
+            return Kinds(DEFAULT_RULES)
+        rules: list[KindRule] = []
+        for i, item in enumerate(value):
+            path = f"kinds[{i}]"
+            k = self.mapping(item, path, _KIND_KEYS)
+            name = self.get(
+                k,
+                "name",
+                path,
+                _kind_name,
+                None,
+                "must be a lower-case name (a-z, 0-9, _), not idle or unknown",
+            )
+            lo = self.get(k, "min_tokens", path, _count, None, "must be an integer >= 0")
+            hi = self.get(k, "max_tokens", path, _count, None, "must be an integer >= 0")
+            if "name" not in k:
+                self.problem(path, "a kind needs a name")
+            if lo is not None and hi is not None and lo > hi:
+                self.problem(path, f"min_tokens {lo} is above max_tokens {hi}")
+            if name is not None:
+                if any(r.name == name for r in rules):
+                    self.problem(f"{path}.name", f"kind {name!r} is defined twice")
+                rules.append(KindRule(name, lo, hi))
+        return Kinds(tuple(rules)) if rules else Kinds(DEFAULT_RULES)
+
+    def nodes(self, value: Any, unit: str) -> tuple[NodeConfig, ...]:
+        if not isinstance(value, list) or not value:
+            self.problem("nodes", f"must be a non-empty list of nodes, got {_show(value)}")
+            return ()
+        out: list[NodeConfig] = []
+        names: set[str] = set()
+        for i, item in enumerate(value):
+            path = f"nodes[{i}]"
+            source = item.get("source") if isinstance(item, dict) else None
+            if source not in _NODE_KEYS:
+                near = difflib.get_close_matches(str(source), sorted(_NODE_KEYS), n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                self.problem(
+                    f"{path}.source",
+                    f"must be one of file, journal, ssh, got {_show(source)}{hint}",
+                )
+                continue
+            n = self.mapping(item, path, _NODE_KEYS[source])
+            name = self.get(
+                n, "name", path, _node_name, None, "must be a name of letters, digits, _ . : -"
+            )
+            if name is None:
+                if "name" not in n:
+                    self.problem(path, "a node needs a name")
+                continue
+            if name in names:
+                self.problem(f"{path}.name", f"node {name!r} is defined twice")
+            names.add(name)
+            node = self.node(source, n, path, name, unit)
+            if node is not None:
+                out.append(node)
+        return tuple(out)
+
+    def node(
+        self, source: str, n: dict[str, Any], path: str, name: str, unit: str
+    ) -> NodeConfig | None:
+        node_unit = self.get(n, "unit", path, _unit, unit, "must be a systemd unit name")
+        if source == "file":
+            file_path = self.get(n, "path", path, self._path, None, "must be a path")
+            if file_path is None:
+                self.problem(path, "a file node needs a path")
+                return None
+            return FileNode(name, file_path)
+        if source == "journal":
+            directory = self.get(n, "directory", path, self._path, None, "must be a path")
+            files = self.get(n, "files", path, self._paths, (), "must be a list of paths")
+            if directory is not None and files:
+                self.problem(path, "give directory or files, not both")
+            return JournalNode(name, node_unit, directory, files)
+        host = self.get(n, "host", path, _nonempty, None, "must be a host name or address")
+        if host is None:
+            self.problem(path, "an ssh node needs a host")
+            return None
+        d = SshNode(name, host, node_unit)
+        password_file = self.get(n, "password_file", path, self._path, None, "must be a path")
+        password_env = self.get(
+            n, "password_env", path, _env_name, None, "must be an environment variable name"
+        )
+        if password_file is not None and password_env is not None:
+            self.problem(path, "give password_file or password_env, not both")
+        return SshNode(
+            name=name,
+            host=host,
+            unit=node_unit,
+            port=self.get(n, "port", path, _port, d.port, "must be a port 1..65535"),
+            user=self.get(n, "user", path, _nonempty, d.user, "must be a user name"),
+            known_hosts=self.get(
+                n, "known_hosts", path, self._path, d.known_hosts, "must be a path"
+            ),
+            verify_host_key=self.get(
+                n, "verify_host_key", path, _bool, True, "must be true or false"
+            ),
+            client_keys=self.get(
+                n, "client_keys", path, self._paths, (), "must be a list of paths"
+            ),
+            password_file=password_file,
+            password_env=password_env,
+            journal_directory=self.get(
+                n, "journal_directory", path, _nonempty, None, "must be a path on the node"
+            ),
+            keepalive_interval=self.get(
+                n,
+                "keepalive_interval",
+                path,
+                _positive_float,
+                d.keepalive_interval,
+                "must be positive seconds",
+            ),
+            keepalive_count_max=self.get(
+                n,
+                "keepalive_count_max",
+                path,
+                _positive_int,
+                d.keepalive_count_max,
+                "must be a positive integer",
+            ),
+        )
+
+    def _path(self, value: Any) -> Path:
+        """A path; `$CREDENTIALS_DIRECTORY` and other variables expand from the environment."""
+        if not isinstance(value, str) or not value:
+            raise ValueError("")
+        expanded = re.sub(r"\$\{(\w+)\}|\$(\w+)", self._var, value)
+        return Path(expanded)
+
+    def _var(self, m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in self.env:
+            raise ValueError(f"${name} is not set")
+        return self.env[name]
+
+    def _paths(self, value: Any) -> tuple[Path, ...]:
+        if not isinstance(value, list):
+            raise ValueError("")
+        return tuple(self._path(v) for v in value)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _listen(value: Any) -> tuple[str, int]:
+    if not isinstance(value, str) or ":" not in value:
+        raise ValueError("")
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError("")
+    return host, int(port)
+
+
+def _unit(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("")
+    unit = value if "." in value else value + ".service"
+    if len(unit) > 255 or not _UNIT.fullmatch(unit):
+        raise ValueError("")
+    return unit
+
+
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError("")
+    return value
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError("")
+    return value
+
+
+def _positive_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError("")
+    return float(value)
+
+
+def _port(value: Any) -> int:
+    port = _positive_int(value)
+    if port > 65535:
+        raise ValueError("")
+    return port
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("")
+    return value
+
+
+def _nonempty(value: Any) -> str:
+    if not isinstance(value, str | int) or not str(value).strip():
+        raise ValueError("")
+    return str(value)
+
+
+def _env_name(value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError("")
+    return value
+
+
+def _node_name(value: Any) -> str:
+    if not isinstance(value, str | int) or not _NODE_NAME.fullmatch(str(value)):
+        raise ValueError("")
+    return str(value)
+
+
+def _kind_name(value: Any) -> str:
+    if (
+        not isinstance(value, str)
+        or not _KIND_NAME.fullmatch(value)
+        or value in {"idle", "unknown"}
+    ):
+        raise ValueError("")
+    return value
+
+
+def _since(value: Any) -> str:
+    text = value.isoformat() if hasattr(value, "isoformat") else value
+    if not isinstance(text, str):
+        raise ValueError("")
+    since_us(text, 0)
+    return text
+
+
+def _buckets(value: Any) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        raise ValueError("")
+    out = tuple(_positive_float(v) for v in value)
+    if any(b >= a for a, b in zip(out[1:], out, strict=False)):
+        raise ValueError("")
+    return out
+
+
+def describe(config: Config) -> Iterator[str]:
+    """One line per node, for logs and check-config."""
+    for n in config.nodes:
+        if isinstance(n, FileNode):
+            yield f"node {n.name}: file {n.path}"
+        elif isinstance(n, JournalNode):
+            where = n.directory or (", ".join(map(str, n.files)) or "the local journal")
+            yield f"node {n.name}: journal {where}, unit {n.unit}"
+        else:
+            yield f"node {n.name}: ssh {n.user}@{n.host}:{n.port}, unit {n.unit}"

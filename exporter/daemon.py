@@ -1,0 +1,231 @@
+"""The daemon's wiring: sources -> parse -> accounting -> snapshot -> /metrics, under one TaskGroup.
+
+Every source runs as its own task and hands Batches to one bounded queue; a failing source is
+logged, marked down and started again without touching the others. The ingest loop applies
+batches, moves the watermark with the clock, and at most once a `publish_seconds` renders a new
+snapshot that scrapes read from memory. Cancellation is the only way it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Callable
+from contextlib import suppress
+
+from exporter import __version__
+from exporter.accounting import SECOND, Accounting
+from exporter.collector import Renderer
+from exporter.config import Config, FileNode, NodeConfig
+from exporter.http import HttpServer, Pages
+from exporter.logline import Batch, Event, EventKind, Interval
+from exporter.parse import Parser
+from exporter.sources import Source, SourceError
+from exporter.sources.file import FileSource
+
+log = logging.getLogger(__name__)
+
+QUEUE_SIZE = 64
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
+ERRORS_LOGGED = 5  # parse errors logged per node before going quiet (they are all counted)
+
+
+def make_source(node: NodeConfig, since_us: int, position: str) -> Source:
+    """The production source for a configured node."""
+    if isinstance(node, FileNode):
+        return FileSource(node.name, node.path, since_us=since_us, position=position)
+    raise SourceError(
+        f"node {node.name}: source {node.source!r} is not available in this "
+        f"version of sm-llm-exporter"
+    )
+
+
+def unavailable_sources(config: Config) -> list[str]:
+    """Problems with nodes whose kind of source this version cannot run."""
+    return [
+        f"nodes[{i}] ({n.name}): source {n.source!r} is not available in this version of "
+        f"sm-llm-exporter (only 'file' is)"
+        for i, n in enumerate(config.nodes)
+        if not isinstance(n, FileNode)
+    ]
+
+
+class Daemon:
+    """Runs the whole pipeline for one config; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Callable[[], float] = time.time,
+        source_factory: Callable[[NodeConfig, int, str], Source] = make_source,
+        publish_seconds: float = 1.0,
+        tick_seconds: float = 0.5,
+        version: str = __version__,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.source_factory = source_factory
+        self.publish_seconds = publish_seconds
+        self.tick_seconds = tick_seconds
+        self.renderer = Renderer(version)
+        self.pages = Pages(ready=self._ready)
+        self.server = HttpServer(self.pages, config.listen_host, config.listen_port)
+        self.origin_us = config.since_us(self._now_us())
+        names = [n.name for n in config.nodes]
+        self.acc = Accounting(
+            names,
+            config.kinds,
+            origin_us=self.origin_us,
+            max_request_us=config.max_request_seconds * SECOND,
+            stall_us=config.stall_seconds * SECOND,
+            buckets_s=config.duration_buckets,
+        )
+        self.parsers = {n: Parser(n) for n in names}
+        self.positions: dict[str, str] = dict.fromkeys(names, "")
+        self.address: tuple[str, int] | None = None
+        self.turns = 0  # ingest loop turns: the heartbeat
+        self._started: set[str] = set()
+        self._errors_logged = dict.fromkeys(names, 0)
+        self._down_reason: dict[str, str] = {}
+
+    def _now_us(self) -> int:
+        return int(self.clock() * SECOND)
+
+    def _ready(self) -> bool:
+        return self.address is not None and len(self._started) == len(self.config.nodes)
+
+    async def run(self) -> None:
+        """Serve until cancelled."""
+        self.publish()
+        self.address = await self.server.start()
+        log.info("serving /metrics on %s:%d", *self.address)
+        queue: asyncio.Queue[Batch] = asyncio.Queue(QUEUE_SIZE)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for node in self.config.nodes:
+                    tg.create_task(self._follow(node, queue), name=f"source {node.name}")
+                tg.create_task(self._ingest(queue), name="ingest")
+        finally:
+            await self.server.close()
+
+    async def run_until_signalled(self) -> None:
+        """`run`, stopped cleanly by SIGTERM or SIGINT."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await self.run()
+        except asyncio.CancelledError:
+            task.uncancel()
+            log.info("stopping")
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    # -- sources ----------------------------------------------------------------------------
+
+    async def _follow(self, node: NodeConfig, queue: asyncio.Queue[Batch]) -> None:
+        """Keep one node's source running; its failures stay here."""
+        delay = RETRY_FIRST_S
+        first = True
+        while True:
+            self._started.add(node.name)
+            try:
+                source = self.source_factory(node, self.origin_us, self.positions[node.name])
+                if not first:
+                    await queue.put(Batch(node.name, up=False, reconnected=True))
+                first = False
+                await source.run(queue)
+                error = "the source stopped"
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a failing source never takes the others down
+                error = str(e) or type(e).__name__
+            log.error("node %s: %s; trying again in %.0f s", node.name, error, delay)
+            await queue.put(Batch(node.name, up=False, error=error))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    # -- ingest -----------------------------------------------------------------------------
+
+    async def _ingest(self, queue: asyncio.Queue[Batch]) -> None:
+        last_publish = self._now_us()
+        while True:
+            batches: list[Batch] = []
+            with suppress(TimeoutError):
+                async with asyncio.timeout(self.tick_seconds):
+                    batches.append(await queue.get())
+            while batches and not queue.empty() and len(batches) < QUEUE_SIZE:
+                batches.append(queue.get_nowait())
+            now = self._now_us()
+            for batch in batches:
+                self._apply(batch, now)
+            self._tick(now)
+            self.turns += 1
+            if now - last_publish >= self.publish_seconds * SECOND:
+                self.publish()
+                last_publish = now
+            await asyncio.sleep(0)
+
+    def _apply(self, batch: Batch, now_us: int) -> None:
+        node = batch.node
+        acc = self.acc
+        if batch.reconnected:
+            acc.source_reconnected(node)
+        if batch.gap:
+            acc.source_gap(node)
+        for error in batch.errors:
+            self._add(Event(node, now_us, EventKind.PARSE_ERROR, detail=error))
+        parser = self.parsers[node]
+        for line in batch.lines:
+            for rec in parser.feed(line):
+                self._add(rec)
+        if batch.entries or batch.newest_us is not None:
+            acc.line_read(node, batch.newest_us, batch.entries)
+        newest = acc.nodes[node].newest_us
+        acc.source_state(
+            node, up=batch.up, caught_up=batch.caught_up, now_us=now_us, lag_us=now_us - newest
+        )
+        if batch.position:
+            self.positions[node] = batch.position
+        if not batch.up and batch.error and self._down_reason.get(node) != batch.error:
+            self._down_reason[node] = batch.error
+        elif batch.up and self._down_reason.pop(node, None) is not None:
+            log.info("node %s: following its journal again", node)
+
+    def _add(self, rec: Interval | Event) -> None:
+        if isinstance(rec, Event):
+            if rec.kind is EventKind.PARSE_ERROR:
+                self._errors_logged[rec.node] += 1
+                if self._errors_logged[rec.node] <= ERRORS_LOGGED:
+                    log.warning(
+                        "node %s: parse error: %s%s",
+                        rec.node,
+                        rec.detail,
+                        " (further parse errors are counted, not logged)"
+                        if self._errors_logged[rec.node] == ERRORS_LOGGED
+                        else "",
+                    )
+            elif rec.kind is EventKind.RESTART:
+                log.info(
+                    "node %s: llama-server restarted (%s); %d requests in flight aborted",
+                    rec.node,
+                    rec.detail,
+                    len(self.acc.nodes[rec.node].in_flight),
+                )
+        self.acc.add(rec)
+
+    def _tick(self, now_us: int) -> None:
+        for node, parser in self.parsers.items():
+            for rec in parser.flush(self.acc.read_until(node, now_us)):
+                self._add(rec)
+        self.acc.advance(now_us)
+
+    def publish(self) -> None:
+        """Render a new snapshot; scrapes serve it from memory until the next one."""
+        self.pages.metrics = self.renderer.render(self.acc.snapshot())

@@ -1,0 +1,206 @@
+"""Follows a journal dump file like `tail -F`, in large chunks, skipping lines that cannot matter.
+
+Handles appends, a partial last line (waited for), truncation (read again from the start), the
+file replaced by a new one (the old one read to its end first) and a file that does not exist
+yet. Its position is (device, inode, byte offset after the last whole line read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.logline import Batch, LogLine
+from exporter.parse import KEYWORDS
+from exporter.sources.dump import DumpLineError, LineDecoder
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1 << 20
+# The parser's keywords, and JSON entries whose MESSAGE is not UTF-8 (an array of bytes).
+_RELEVANT = re.compile(b"|".join([*map(re.escape, KEYWORDS), rb'"MESSAGE":\s*\[']))
+
+
+@dataclass(frozen=True)
+class FilePosition:
+    dev: int
+    ino: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.dev}:{self.ino}:{self.offset}"
+
+    @classmethod
+    def parse(cls, text: str) -> FilePosition | None:
+        try:
+            dev, ino, offset = (int(x) for x in text.split(":"))
+        except ValueError:
+            return None
+        return cls(dev, ino, offset)
+
+
+def relevant_lines(data: bytes) -> Iterator[bytes]:
+    """The lines of `data` (whole lines, newline-separated) that contain a keyword."""
+    end = -1
+    for m in _RELEVANT.finditer(data):
+        if m.start() <= end:
+            continue  # a second keyword on a line already taken
+        start = data.rfind(b"\n", 0, m.start()) + 1
+        end = data.find(b"\n", m.end())
+        if end < 0:
+            end = len(data)
+        yield data[start:end]
+
+
+def last_line(data: bytes) -> bytes:
+    """The last non-empty line of whole lines."""
+    stripped = data.rstrip(b"\n")
+    return stripped[stripped.rfind(b"\n") + 1 :]
+
+
+class FileSource:
+    """One node's dump file, followed; `run` hands Batches to a queue until cancelled."""
+
+    def __init__(
+        self,
+        node: str,
+        path: Path,
+        *,
+        since_us: int,
+        position: str = "",
+        poll_seconds: float = 0.25,
+        chunk: int = CHUNK,
+    ) -> None:
+        self.node = node
+        self.path = path
+        self.since_us = since_us
+        self.poll_seconds = poll_seconds
+        self.chunk = chunk
+        self._resume = FilePosition.parse(position) if position else None
+        self._decoder = LineDecoder(node)
+        self._file: io.BufferedReader | None = None
+        self._dev = self._ino = 0
+        self._offset = 0  # after the last whole line handed over
+        self._partial = b""
+        self._said_missing = False
+        self._said_caught_up = False
+
+    async def run(self, out: asyncio.Queue[Batch]) -> None:
+        try:
+            while True:
+                batch = await asyncio.to_thread(self.step)
+                if batch is not None:
+                    await out.put(batch)
+                if batch is None or batch.caught_up or not batch.up:
+                    await asyncio.sleep(self.poll_seconds)
+        finally:
+            if self._file is not None:
+                self._file.close()
+
+    def step(self) -> Batch | None:
+        """Read what is new (blocking file I/O: run it in a thread); None when nothing changed."""
+        if self._file is None and not self._open():
+            if self._said_missing:
+                return None
+            self._said_missing = True
+            log.warning("node %s: %s does not exist yet; waiting for it", self.node, self.path)
+            return Batch(self.node, up=False, error=f"{self.path} does not exist")
+        assert self._file is not None
+        data = self._file.read(self.chunk)
+        if not data:
+            return self._at_end()
+        data = self._partial + data
+        cut = data.rfind(b"\n") + 1
+        self._partial = data[cut:]
+        whole = data[:cut]
+        self._offset += cut
+        self._said_caught_up = self._is_at_end()
+        return self._batch(whole, self._said_caught_up)
+
+    def _batch(self, whole: bytes, caught_up: bool) -> Batch:
+        lines: list[LogLine] = []
+        errors: list[str] = []
+        for raw in relevant_lines(whole):
+            try:
+                line = self._decoder.decode(raw)
+            except DumpLineError as e:  # holds a keyword but is no journal line: it counts
+                errors.append(f"{self.path}: {e}: {raw[:200]!r}")
+                continue
+            if line is not None and line.time_us >= self.since_us:
+                lines.append(line)
+        newest = None
+        try:
+            last = self._decoder.decode(last_line(whole)) if whole else None
+            newest = last.time_us if last is not None else None
+        except DumpLineError:
+            pass
+        return Batch(
+            self.node,
+            tuple(lines),
+            entries=whole.count(b"\n"),
+            newest_us=newest,
+            position=str(FilePosition(self._dev, self._ino, self._offset)),
+            caught_up=caught_up,
+            errors=tuple(errors),
+        )
+
+    def _open(self) -> bool:
+        try:
+            f = self.path.open("rb")
+        except FileNotFoundError:
+            return False
+        st = os.fstat(f.fileno())
+        self._file, self._dev, self._ino = f, st.st_dev, st.st_ino
+        self._offset, self._partial = 0, b""
+        self._said_missing = self._said_caught_up = False
+        resume = self._resume
+        self._resume = None
+        if (
+            resume is not None
+            and (resume.dev, resume.ino) == (st.st_dev, st.st_ino)
+            and resume.offset <= st.st_size
+        ):
+            self._offset = resume.offset
+            f.seek(resume.offset)
+            log.info("node %s: following %s from byte %d", self.node, self.path, resume.offset)
+        else:
+            log.info("node %s: following %s from its start", self.node, self.path)
+        return True
+
+    def _is_at_end(self) -> bool:
+        assert self._file is not None
+        return self._file.tell() >= os.fstat(self._file.fileno()).st_size
+
+    def _at_end(self) -> Batch | None:
+        """At the end of the open file: has it been truncated or replaced?"""
+        assert self._file is not None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None  # moved away and not yet replaced: keep what we have
+        if (st.st_dev, st.st_ino) != (self._dev, self._ino):
+            log.info("node %s: %s was replaced; reading the new file", self.node, self.path)
+            self._file.close()
+            self._file = None
+            return self.step()
+        if st.st_size < self._file.tell():
+            log.warning(
+                "node %s: %s was truncated; reading it again from the start", self.node, self.path
+            )
+            self._file.seek(0)
+            self._offset, self._partial, self._said_caught_up = 0, b"", False
+            return self.step()
+        if self._said_caught_up:
+            return None
+        self._said_caught_up = True
+        return Batch(
+            self.node,
+            caught_up=True,
+            position=str(FilePosition(self._dev, self._ino, self._offset)),
+        )
