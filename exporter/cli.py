@@ -146,15 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _load(path: Path) -> config.Config | None:
     try:
-        cfg = config.load(path)
+        return config.load(path, available=daemon.AVAILABLE_SOURCES)
     except config.ConfigError as e:
         log.error("%s", e)
         return None
-    problems = daemon.unavailable_sources(cfg)
-    if problems:
-        log.error("%s: %d problem(s):\n%s", path, len(problems), "\n".join(problems))
-        return None
-    return cfg
 
 
 def _check_config(path: Path) -> int:

@@ -153,16 +153,27 @@ _KIND_KEYS = {"name", "min_tokens", "max_tokens"}
 _SECRET_KEYS = {"password", "passphrase", "secret", "token"}
 
 
-def load(path: Path, env: Mapping[str, str] = os.environ) -> Config:
-    """Read and check `path`; ConfigError lists every problem found."""
+ALL_SOURCES = frozenset(_NODE_KEYS)
+
+
+def load(
+    path: Path, env: Mapping[str, str] = os.environ, available: frozenset[str] = ALL_SOURCES
+) -> Config:
+    """Read and check `path`; ConfigError lists every problem found. `available`: the kinds of
+    source the running program can follow (the others are problems too)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(str(path), [f"{path}: cannot read: {e}"]) from None
-    return parse(text, str(path), env)
+    return parse(text, str(path), env, available)
 
 
-def parse(text: str, source: str = "<config>", env: Mapping[str, str] = os.environ) -> Config:
+def parse(
+    text: str,
+    source: str = "<config>",
+    env: Mapping[str, str] = os.environ,
+    available: frozenset[str] = ALL_SOURCES,
+) -> Config:
     try:
         loader = yaml.SafeLoader(text)
         try:
@@ -177,7 +188,7 @@ def parse(text: str, source: str = "<config>", env: Mapping[str, str] = os.envir
     lines: dict[str, int] = {}
     if node is not None:
         _index_lines(node, "", lines)
-    checker = _Checker(source, lines, env)
+    checker = _Checker(source, lines, env, available)
     config = checker.config(data)
     if checker.problems:
         raise ConfigError(source, sorted(checker.problems, key=_line_of))
@@ -204,8 +215,10 @@ def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
 class _Checker:
     """Collects every problem instead of stopping at the first."""
 
-    def __init__(self, source: str, lines: dict[str, int], env: Mapping[str, str]) -> None:
-        self.source, self.lines, self.env = source, lines, env
+    def __init__(
+        self, source: str, lines: dict[str, int], env: Mapping[str, str], available: frozenset[str]
+    ) -> None:
+        self.source, self.lines, self.env, self.available = source, lines, env, available
         self.problems: list[str] = []
 
     def problem(self, path: str, text: str) -> None:
@@ -350,6 +363,12 @@ class _Checker:
                     f"must be one of file, journal, ssh, got {_show(source)}{hint}",
                 )
                 continue
+            if source not in self.available:
+                self.problem(
+                    f"{path}.source",
+                    f"source {source!r} is not available in this "
+                    f"version (available: {', '.join(sorted(self.available))})",
+                )
             n = self.mapping(item, path, _NODE_KEYS[source])
             name = self.get(
                 n, "name", path, _node_name, None, "must be a name of letters, digits, _ . : -"

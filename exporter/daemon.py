@@ -42,14 +42,8 @@ def make_source(node: NodeConfig, since_us: int, position: str) -> Source:
     )
 
 
-def unavailable_sources(config: Config) -> list[str]:
-    """Problems with nodes whose kind of source this version cannot run."""
-    return [
-        f"nodes[{i}] ({n.name}): source {n.source!r} is not available in this version of "
-        f"sm-llm-exporter (only 'file' is)"
-        for i, n in enumerate(config.nodes)
-        if not isinstance(n, FileNode)
-    ]
+# The kinds of source `make_source` can start.
+AVAILABLE_SOURCES = frozenset({"file"})
 
 
 class Daemon:
