@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # Debian packages the tests start for real; apt-installed when missing and run as root.
-DEB_PACKAGES ?=
+DEB_PACKAGES ?= prometheus mtail
 
 .PHONY: all venv deps test lint typecheck pytest run bench clean
 

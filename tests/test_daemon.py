@@ -1,0 +1,378 @@
+"""The daemon end to end: real dump files followed, /metrics over real HTTP, real promtool."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from exporter import __version__, report
+from exporter.accounting import SECOND
+from exporter.config import Config, FileNode
+from exporter.daemon import Daemon
+from exporter.demo import NODES, node_lines, short_iso
+from exporter.sources.dump import read_dump
+
+from conftest import (
+    free_port,
+    http_get,
+    parse_metrics,
+    require_tool,
+    sample,
+    wait_for,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+START = 1_790_000_000 * SECOND  # the dumps' window: two hours, long past
+END = START + 7200 * SECOND
+
+DESIGN_METRICS = [
+    "smllm_requests_total",
+    "smllm_request_seconds_total",
+    "smllm_tokens_total",
+    "smllm_prompt_tokens_total",
+    "smllm_generated_tokens_total",
+    "smllm_prompt_seconds_total",
+    "smllm_generation_seconds_total",
+    "smllm_request_duration_seconds_bucket",
+    "smllm_request_duration_seconds_sum",
+    "smllm_request_duration_seconds_count",
+    "smllm_requests_cancelled_total",
+    "smllm_node_busy_seconds_total",
+    "smllm_node_requests_in_flight",
+    "smllm_node_busy",
+    "smllm_nodes_busy",
+    "smllm_concurrency_seconds_total",
+    "smllm_mix_seconds_total",
+    "smllm_accounted_until_timestamp_seconds",
+    "smllm_node_last_request_end_timestamp_seconds",
+    "smllm_requests_aborted_total",
+    "smllm_server_restarts_total",
+    "smllm_source_up",
+    "smllm_source_lag_seconds",
+    "smllm_source_gaps_total",
+    "smllm_checkpoint_errors_total",
+    "smllm_source_reconnects_total",
+    "smllm_source_entries_total",
+    "smllm_parse_errors_total",
+    "smllm_late_intervals_total",
+    "smllm_exporter_build_info",
+    "process_resident_memory_bytes",
+    "process_cpu_seconds_total",
+]
+
+
+def write_dumps(directory: Path) -> dict[str, Path]:
+    paths = {}
+    for node in NODES:
+        path = directory / f"{node}.log"
+        path.write_text(
+            "".join(short_iso(node, line) + "\n" for line in node_lines(node, 7, START, END))
+        )
+        paths[node] = path
+    return paths
+
+
+SINCE = datetime.fromtimestamp(START // SECOND, UTC).isoformat()
+
+
+def config_for(paths: dict[str, Path]) -> Config:
+    return Config(
+        listen_host="127.0.0.1",
+        listen_port=0,
+        since=SINCE,
+        nodes=tuple(FileNode(n, p) for n, p in paths.items()),
+    )
+
+
+class DaemonThread:
+    """A Daemon on its own event loop in a thread, stopped by cancelling its task."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self.error: BaseException | None = None
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        try:
+            await self.daemon.run()
+        except asyncio.CancelledError:
+            pass
+        except BaseException as e:
+            self.error = e
+
+    def __enter__(self) -> DaemonThread:
+        self._thread.start()
+        wait_for(lambda: self.daemon.address, 10, "the daemon to bind")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None and self._task is not None
+        self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(10)
+        assert not self._thread.is_alive(), "the daemon did not stop on cancellation"
+        assert self.error is None, self.error
+
+    @property
+    def url(self) -> str:
+        assert self.daemon.address is not None
+        return f"http://127.0.0.1:{self.daemon.address[1]}"
+
+    def metrics(self) -> str:
+        status, body, _ = http_get(self.url + "/metrics")
+        assert status == 200
+        return body.decode()
+
+
+@pytest.fixture
+def dumps(tmp_path: Path) -> dict[str, Path]:
+    return write_dumps(tmp_path)
+
+
+def caught_up(
+    d: DaemonThread, paths: dict[str, Path]
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+    samples = parse_metrics(d.metrics())
+    for node, path in paths.items():
+        lines = path.read_bytes().count(b"\n")
+        if sample(samples, "smllm_source_entries_total", node=node) != lines:
+            return None
+    return samples
+
+
+def test_every_metric_served_and_promtool_clean(dumps: dict[str, Path], tmp_path: Path) -> None:
+    promtool = require_tool("promtool")
+    with DaemonThread(Daemon(config_for(dumps), publish_seconds=0.1)) as d:
+        samples = wait_for(lambda: caught_up(d, dumps), 20, "every line read")
+        text = d.metrics()
+    names = {name for name, _ in samples}
+    missing = [m for m in DESIGN_METRICS if m not in names]
+    assert not missing
+    for node in NODES:
+        for kind in ("extraction", "reconcile"):
+            assert (sample(samples, "smllm_requests_total", node=node, kind=kind) or 0) > 0
+    assert {dict(lbl)["mix"] for n, lbl in samples if n == "smllm_mix_seconds_total"} == {
+        "idle",
+        "extraction",
+        "reconcile",
+        "extraction+reconcile",
+    }
+    assert {
+        dict(lbl)["nodes_busy"] for n, lbl in samples if n == "smllm_concurrency_seconds_total"
+    } == {"0", "1", "2", "3"}
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert check.returncode == 0 and not check.stdout.strip() and not check.stderr.strip(), (
+        check.stdout + check.stderr
+    )
+
+
+def test_series_exist_at_zero_from_start(tmp_path: Path) -> None:
+    paths = {n: tmp_path / f"missing-{n}.log" for n in NODES}
+    with DaemonThread(Daemon(config_for(paths))) as d:
+        samples = parse_metrics(d.metrics())
+        for node in NODES:
+            for kind in ("extraction", "reconcile"):
+                assert sample(samples, "smllm_requests_total", node=node, kind=kind) == 0
+                assert (
+                    sample(samples, "smllm_request_duration_seconds_count", node=node, kind=kind)
+                    == 0
+                )
+            assert sample(samples, "smllm_node_busy_seconds_total", node=node) == 0
+            assert (
+                sample(samples, "smllm_node_last_request_end_timestamp_seconds", node=node) is None
+            )
+            assert (
+                sample(samples, "smllm_node_oldest_in_flight_start_timestamp_seconds", node=node)
+                is None
+            )
+        for mix in ("idle", "extraction", "reconcile", "extraction+reconcile"):
+            assert sample(samples, "smllm_mix_seconds_total", mix=mix) is not None
+        # the files do not exist: their sources are down, and say so once published
+        wait_for(
+            lambda: all(
+                sample(parse_metrics(d.metrics()), "smllm_source_up", node=n) == 0 for n in NODES
+            ),
+            10,
+            "source_up 0",
+        )
+
+
+def test_a_failing_source_never_stops_the_others(dumps: dict[str, Path], tmp_path: Path) -> None:
+    broken = tmp_path / "a-directory"
+    broken.mkdir()
+    paths = {**dumps, "broken": broken}
+    with DaemonThread(Daemon(config_for(paths), publish_seconds=0.1)) as d:
+        samples = wait_for(lambda: caught_up(d, dumps), 20, "the good nodes read")
+        assert sample(samples, "smllm_source_up", node="broken") == 0
+        assert all(sample(samples, "smllm_source_up", node=n) == 1 for n in NODES)
+        assert d.daemon.turns > 0
+
+
+def test_daemon_figures_equal_the_report(dumps: dict[str, Path]) -> None:
+    """The live pipeline and the one-shot report agree on the same lines, to the microsecond."""
+    cfg = config_for(dumps)
+    with DaemonThread(Daemon(cfg, publish_seconds=0.1)) as d:
+        samples = wait_for(lambda: caught_up(d, dumps), 20, "every line read")
+    watermark = round(sample(samples, "smllm_accounted_until_timestamp_seconds") * SECOND)  # type: ignore[operator]
+    assert watermark > END  # caught up and idle: now - 2 s
+    r = report.build({n: read_dump(p, n) for n, p in dumps.items()}, cfg.kinds, START, watermark)
+    snap = r.snapshot
+    for k, v in enumerate(snap.concurrency_us):
+        assert sample(
+            samples, "smllm_concurrency_seconds_total", nodes_busy=str(k)
+        ) == pytest.approx(v / SECOND, abs=1e-6)
+    for mix, v in snap.mix_us.items():
+        assert sample(samples, "smllm_mix_seconds_total", mix=mix) == pytest.approx(
+            v / SECOND, abs=1e-6
+        )
+    for n in snap.nodes:
+        assert sample(samples, "smllm_node_busy_seconds_total", node=n.name) == pytest.approx(
+            n.busy_us / SECOND, abs=1e-6
+        )
+        for kind, c in n.kinds.items():
+            assert sample(samples, "smllm_requests_total", node=n.name, kind=kind) == c.requests
+            assert sample(samples, "smllm_tokens_total", node=n.name, kind=kind) == c.tokens
+            assert sample(
+                samples, "smllm_request_seconds_total", node=n.name, kind=kind
+            ) == pytest.approx(c.request_us / SECOND, abs=1e-6)
+
+
+def test_lines_appended_while_running_are_counted(tmp_path: Path) -> None:
+    path = tmp_path / "node0.log"
+    lines = [short_iso("node0", x) for x in node_lines("node0", 3, START, END)]
+    half = len(lines) // 2
+    path.write_text("\n".join(lines[:half]) + "\n")
+    with DaemonThread(Daemon(config_for({"node0": path}), publish_seconds=0.1)) as d:
+
+        def requests() -> float:
+            s = parse_metrics(d.metrics())
+            return sum(v for (n, _), v in s.items() if n == "smllm_requests_total")
+
+        first = wait_for(lambda: requests() or None, 10, "the first half counted")
+        with path.open("a") as f:
+            f.write("\n".join(lines[half:]) + "\n")
+        total = sum(1 for x in lines if "total time" in x)
+        wait_for(lambda: requests() == total, 10, "the appended half counted")
+        assert first < total
+
+
+def test_http_endpoints(tmp_path: Path) -> None:
+    with DaemonThread(Daemon(config_for({"n": tmp_path / "n.log"}))) as d:
+        assert http_get(d.url + "/-/healthy")[0] == 200
+        wait_for(lambda: http_get(d.url + "/-/ready")[0] == 200, 10, "ready")
+        status, body, headers = http_get(d.url + "/metrics", {"Accept-Encoding": "gzip"})
+        assert status == 200 and headers.get("Content-Encoding") == "gzip"
+        assert b"smllm_exporter_build_info" in gzip.decompress(body)
+        assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert http_get(d.url + "/")[0] == 200
+        assert http_get(d.url + "/nope")[0] == 404
+        status, _, _ = http_get(d.url + "/metrics?x=1")
+        assert status == 200
+        req = urllib.request.Request(d.url + "/metrics", data=b"x", method="POST")
+        try:
+            urllib.request.urlopen(req, timeout=5)
+            code = 200
+        except urllib.error.HTTPError as e:
+            code = e.code
+        assert code == 405
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_the_daemon_cleanly(
+    dumps: dict[str, Path], tmp_path: Path, sig: signal.Signals
+) -> None:
+    port = free_port()
+    cfg = tmp_path / "config.yaml"
+    nodes = "\n".join(f"  - {{name: {n}, source: file, path: {p}}}" for n, p in dumps.items())
+    cfg.write_text(f'listen: "127.0.0.1:{port}"\nsince: "{SINCE}"\nnodes:\n{nodes}\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "run", "--config", str(cfg)],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: _ready(port), 20, "the daemon ready")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert f"serving /metrics on 127.0.0.1:{port}" in err
+    assert "stopping" in err
+    assert "Traceback" not in err
+
+
+def _ready(port: int) -> bool:
+    try:
+        return http_get(f"http://127.0.0.1:{port}/-/ready")[0] == 200
+    except OSError:
+        return False
+
+
+def test_version() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "exporter", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    ).stdout
+    assert out.strip() == f"sm-llm-exporter {__version__}"
+
+
+@pytest.mark.slow
+def test_demo_shows_counters_moving(tmp_path: Path) -> None:
+    """The README's demo: within seconds, counters move and the active-node gauge changes."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "demo",
+            "--dir",
+            str(tmp_path),
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
+    try:
+        wait_for(lambda: _ready(port), 20, "the demo ready")
+        seen_busy: set[float] = set()
+        requests: list[float] = []
+
+        def moved() -> bool:
+            s = parse_metrics(http_get(f"http://127.0.0.1:{port}/metrics")[1].decode())
+            seen_busy.add(sample(s, "smllm_nodes_busy") or 0)
+            total = sum(v for (n, _), v in s.items() if n == "smllm_requests_total")
+            if total:  # the last hour is in: from here on, counters must move
+                requests.append(total)
+            return len(seen_busy) >= 2 and len(requests) > 1 and requests[-1] > requests[0]
+
+        wait_for(moved, 30, "counters moving and smllm_nodes_busy changing")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+    assert proc.returncode == 0
