@@ -156,6 +156,16 @@ _SECRET_KEYS = {"password", "passphrase", "secret", "token"}
 ALL_SOURCES = frozenset(_NODE_KEYS)
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that leaves timestamps as text: `since` is checked like every other value."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 def load(
     path: Path, env: Mapping[str, str] = os.environ, available: frozenset[str] = ALL_SOURCES
 ) -> Config:
@@ -175,29 +185,27 @@ def parse(
     available: frozenset[str] = ALL_SOURCES,
 ) -> Config:
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text)
         try:
             node = loader.get_single_node()
             data = loader.construct_document(node) if node is not None else {}
         finally:
             loader.dispose()
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise ConfigError(source, [f"{where}: not valid YAML: {e}"]) from None
+        what = " ".join(
+            str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x
+        ) or str(e)
+        raise ConfigError(source, [f"{where}: not valid YAML: {what}"]) from None
     lines: dict[str, int] = {}
     if node is not None:
         _index_lines(node, "", lines)
     checker = _Checker(source, lines, env, available)
     config = checker.config(data)
     if checker.problems:
-        raise ConfigError(source, sorted(checker.problems, key=_line_of))
+        raise ConfigError(source, checker.problems)
     return config
-
-
-def _line_of(problem: str) -> int:
-    m = re.match(r"[^:]*:(\d+):", problem)
-    return int(m.group(1)) if m else 0
 
 
 def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
@@ -219,15 +227,21 @@ class _Checker:
         self, source: str, lines: dict[str, int], env: Mapping[str, str], available: frozenset[str]
     ) -> None:
         self.source, self.lines, self.env, self.available = source, lines, env, available
-        self.problems: list[str] = []
+        self._found: list[tuple[int, str]] = []
 
     def problem(self, path: str, text: str) -> None:
         probe = path
-        while probe not in self.lines and probe:
-            probe = re.sub(r"(\.[^.\[]*|\[\d+\])$", "", probe)
-        line = self.lines.get(probe)
+        while probe and probe not in self.lines:  # the nearest enclosing key that has a line
+            shorter = re.sub(r"(\.[^.\[]*|\[\d+\])$", "", probe)
+            probe = shorter if shorter != probe else ""
+        line = self.lines.get(probe, 0)
         where = f"{self.source}:{line}" if line else self.source
-        self.problems.append(f"{where}: {path or '(top)'}: {text}")
+        self._found.append((line, f"{where}: {path or '(top)'}: {text}"))
+
+    @property
+    def problems(self) -> list[str]:
+        """Every problem found, in the order of their lines."""
+        return [text for _, text in sorted(self._found, key=lambda p: p[0])]
 
     def mapping(self, value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
         if value is None:
@@ -239,7 +253,7 @@ class _Checker:
             sub = f"{path}.{key}" if path else str(key)
             if key in allowed:
                 continue
-            if str(key).lower() in _SECRET_KEYS:
+            if not path.startswith("kinds") and str(key).lower() in _SECRET_KEYS:
                 self.problem(sub, "secrets are never inline: use password_file or password_env")
                 continue
             near = difflib.get_close_matches(str(key), sorted(allowed), n=1)
@@ -355,7 +369,7 @@ class _Checker:
         for i, item in enumerate(value):
             path = f"nodes[{i}]"
             source = item.get("source") if isinstance(item, dict) else None
-            if source not in _NODE_KEYS:
+            if not isinstance(source, str) or source not in _NODE_KEYS:
                 near = difflib.get_close_matches(str(source), sorted(_NODE_KEYS), n=1)
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 self.problem(
@@ -392,7 +406,8 @@ class _Checker:
         if source == "file":
             file_path = self.get(n, "path", path, self._path, None, "must be a path")
             if file_path is None:
-                self.problem(path, "a file node needs a path")
+                if n.get("path") is None:
+                    self.problem(path, "a file node needs a path")
                 return None
             return FileNode(name, file_path)
         if source == "journal":
@@ -403,7 +418,8 @@ class _Checker:
             return JournalNode(name, node_unit, directory, files)
         host = self.get(n, "host", path, _nonempty, None, "must be a host name or address")
         if host is None:
-            self.problem(path, "an ssh node needs a host")
+            if n.get("host") is None:
+                self.problem(path, "an ssh node needs a host")
             return None
         d = SshNode(name, host, node_unit)
         password_file = self.get(n, "password_file", path, self._path, None, "must be a path")
@@ -478,7 +494,10 @@ def _listen(value: Any) -> tuple[str, int]:
     if not isinstance(value, str) or ":" not in value:
         raise ValueError("")
     host, _, port = value.rpartition(":")
-    host = host.strip("[]")
+    if ":" in host:  # an IPv6 address must be bracketed: "[::1]:10027"
+        if not (host.startswith("[") and host.endswith("]")):
+            raise ValueError("")
+        host = host[1:-1]
     if not port.isdigit() or int(port) > 65535:
         raise ValueError("")
     return host, int(port)
@@ -525,7 +544,7 @@ def _bool(value: Any) -> bool:
 
 
 def _nonempty(value: Any) -> str:
-    if not isinstance(value, str | int) or not str(value).strip():
+    if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
         raise ValueError("")
     return str(value)
 
@@ -537,7 +556,11 @@ def _env_name(value: Any) -> str:
 
 
 def _node_name(value: Any) -> str:
-    if not isinstance(value, str | int) or not _NODE_NAME.fullmatch(str(value)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, str | int)
+        or not _NODE_NAME.fullmatch(str(value))
+    ):
         raise ValueError("")
     return str(value)
 
@@ -553,11 +576,10 @@ def _kind_name(value: Any) -> str:
 
 
 def _since(value: Any) -> str:
-    text = value.isoformat() if hasattr(value, "isoformat") else value
-    if not isinstance(text, str):
+    if not isinstance(value, str):
         raise ValueError("")
-    since_us(text, 0)
-    return text
+    since_us(value, 0)
+    return value
 
 
 def _buckets(value: Any) -> tuple[float, ...]:

@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ class FilePosition:
             dev, ino, offset = (int(x) for x in text.split(":"))
         except ValueError:
             return None
-        return cls(dev, ino, offset)
+        return cls(dev, ino, offset) if offset >= 0 else None
 
 
 def relevant_lines(data: bytes) -> Iterator[bytes]:
@@ -58,10 +59,15 @@ def relevant_lines(data: bytes) -> Iterator[bytes]:
         yield data[start:end]
 
 
-def last_line(data: bytes) -> bytes:
-    """The last non-empty line of whole lines."""
-    stripped = data.rstrip(b"\n")
-    return stripped[stripped.rfind(b"\n") + 1 :]
+def last_lines(data: bytes, most: int = 16) -> Iterator[bytes]:
+    """The last lines of `data` (whole lines), newest first, at most `most` of them."""
+    end = len(data.rstrip(b"\n"))
+    for _ in range(most):
+        if end <= 0:
+            return
+        start = data.rfind(b"\n", 0, end) + 1
+        yield data[start:end]
+        end = start - 1
 
 
 class FileSource:
@@ -90,16 +96,26 @@ class FileSource:
         self._partial = b""
         self._said_missing = False
         self._said_caught_up = False
+        self._lock = threading.Lock()
 
     async def run(self, out: asyncio.Queue[Batch]) -> None:
         try:
             while True:
-                batch = await asyncio.to_thread(self.step)
+                batch = await asyncio.to_thread(self._locked_step)
                 if batch is not None:
                     await out.put(batch)
                 if batch is None or batch.caught_up or not batch.up:
                     await asyncio.sleep(self.poll_seconds)
         finally:
+            # a step cancelled while its thread still reads: close once that thread is done
+            await asyncio.to_thread(self._close)
+
+    def _locked_step(self) -> Batch | None:
+        with self._lock:
+            return self.step()
+
+    def _close(self) -> None:
+        with self._lock:
             if self._file is not None:
                 self._file.close()
 
@@ -135,11 +151,14 @@ class FileSource:
             if line is not None and line.time_us >= self.since_us:
                 lines.append(line)
         newest = None
-        try:
-            last = self._decoder.decode(last_line(whole)) if whole else None
-            newest = last.time_us if last is not None else None
-        except DumpLineError:
-            pass
+        for raw in last_lines(whole):  # the newest line with a time (not a `-- Boot --` note)
+            try:
+                line = self._decoder.decode(raw)
+            except DumpLineError:
+                continue
+            if line is not None:
+                newest = line.time_us
+                break
         return Batch(
             self.node,
             tuple(lines),
