@@ -1,17 +1,19 @@
 """The values that cross module boundaries: a journal line in, intervals and events out.
 
 Times are integer microseconds since the epoch, UTC. Durations logged in milliseconds with
-two decimals convert to microseconds exactly.
+two decimals convert to microseconds exactly. LogLine, Interval and Event are made once per
+journal line on the ingest path, so they are typed NamedTuples: immutable like frozen
+dataclasses, at a third of the cost to build.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class LogLine:
+class LogLine(NamedTuple):
     """One journal entry of a node, as a source read it."""
 
     node: str
@@ -21,8 +23,7 @@ class LogLine:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
-class Interval:
+class Interval(NamedTuple):
     """One finished request: busy on `node` during [start_us, end_us]."""
 
     node: str
@@ -49,8 +50,7 @@ class EventKind(enum.Enum):
     PARSE_ERROR = "parse_error"  # a line that looks like timing but does not parse
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """Something the parser saw that is not a finished request."""
 
     node: str

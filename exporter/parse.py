@@ -22,17 +22,16 @@ MAX_DURATION_US = 7 * 86_400 * 1_000_000
 MAX_TOKENS = 1_000_000_000
 
 # Every line `Parser.feed` can use contains one of these; a source may skip the others unread.
-KEYWORDS = (b"total time", b"eval time", b" | task ", b"slot is processing task", b"slot released")
+KEYWORDS = (b"total time", b"eval time", b"print_timing", b"launch_slot_", b"release",
+            b"slot is processing task")
 
-_NUMBER = re.compile(r"(\d+)(?:\.(\d+))?")
-_COUNT = re.compile(r"\d+")
 _TOTAL = re.compile(r"total time\s*=\s*(\S+)\s*ms(?:\s*/\s*(\S+)\s+tokens)?")
 _PROMPT = re.compile(r"prompt eval time\s*=\s*(\S+)\s*ms\s*/\s*(\S+)\s+tokens")
 _EVAL = re.compile(r"eval time\s*=\s*(\S+)\s*ms\s*/\s*(\S+)\s+(?:tokens|runs)")
 # `slot print_timing: id  0 | task 22576 | ...` (eras C and D), and era B's ids in its
 # key=value tail (`id_slot=0 id_task=408`, early 2024 `slot_id=0 task_id=408`) or its JSON
 # log format (`"id_slot":0,"id_task":408`).
-_SLOT_TASK = re.compile(r"\bid\s+(-?\d+) \| task (-?\d+) \|(.*)$")
+_SLOT_TASK = re.compile(r"\bid\s+(-?\d+) \| task (-?\d+) \|")
 _SLOT_TASK_B = re.compile(
     r"\b(?:id_slot|slot_id)\"?[=:]\s*(-?\d+)[ ,]\s*\"?(?:id_task|task_id)\"?[=:]\s*(-?\d+)"
 )
@@ -44,10 +43,11 @@ class ParseError(ValueError):
 
 def ms_to_us(text: str) -> int:
     """`6739.60` (ms, as logged) -> 6739600 microseconds, exactly; ParseError if garbled."""
-    m = _NUMBER.fullmatch(text)
-    if m is None:
+    whole, dot, frac = text.partition(".")
+    if not (whole.isascii() and whole.isdigit()) or (
+        dot and not (frac.isascii() and frac.isdigit())
+    ):
         raise ParseError(f"not a duration: {text!r}")
-    whole, frac = m.group(1), m.group(2) or ""
     us = int(whole) * 1000 + int((frac + "000")[:3])
     if len(frac) > 3 and frac[3] >= "5":  # finer than a microsecond: round half up
         us += 1
@@ -57,7 +57,7 @@ def ms_to_us(text: str) -> int:
 
 
 def _count(text: str) -> int:
-    if _COUNT.fullmatch(text) is None or int(text) > MAX_TOKENS:
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_TOKENS:
         raise ParseError(f"not a token count: {text!r}")
     return int(text)
 
@@ -187,7 +187,7 @@ class Parser:
         m = _SLOT_TASK.search(line.message)
         if m is None:
             return
-        slot, task, rest = int(m.group(1)), int(m.group(2)), m.group(3)
+        slot, task, rest = int(m.group(1)), int(m.group(2)), line.message[m.end() :]
         if task < 0:
             return
         if "print_timing" in line.message and not rest.strip():
@@ -286,16 +286,21 @@ def _classify(msg: str) -> str | None:
             return "total"
         if "eval time" in msg:
             return "component"
-    if "slot" in msg:
-        if " | task " in msg:
+    if " | task " in msg:
+        if "print_timing" in msg or "launch_slot_" in msg or "release" in msg:
             return "slot"
-        if "slot is processing task" in msg or "slot released" in msg:
-            return "slot_b"
+    elif "slot is processing task" in msg or "slot released" in msg:
+        return "slot_b"
     return None
 
 
 def _ids(msg: str) -> tuple[int | None, int | None]:
-    m = _SLOT_TASK.search(msg) or _SLOT_TASK_B.search(msg)
+    if " | task " in msg:
+        m = _SLOT_TASK.search(msg)
+    elif "task" in msg:
+        m = _SLOT_TASK_B.search(msg)
+    else:
+        return None, None
     if m is None:
         return None, None
     return int(m.group(1)), int(m.group(2))

@@ -735,3 +735,26 @@ def test_run_waits_for_a_missing_file_saying_so_once(tmp_path: Path) -> None:
     assert [b.up for b in got].count(False) == 1  # said once, though polled again and again
     assert messages(got) == [TOTAL_D]
     assert src._file is not None and src._file.closed
+
+
+@pytest.mark.parametrize("layout", ['"MESSAGE":{}', '"MESSAGE": {}', '"MESSAGE" : {}'])
+def test_byte_array_message_found_in_every_json_layout(tmp_path: Path, layout: str) -> None:
+    """Older journalctl (systemd 219) writes `{ "MESSAGE" : [...] }`; newer ones no spaces."""
+    body = json.dumps(list(b"\r      total time =    4535.45 ms /   505 tokens"))
+    rec = (
+        '{ "__REALTIME_TIMESTAMP" : "1790000000000000", "_PID" : "7", ' + layout.format(body) + " }"
+    )
+    path = tmp_path / "old.json"
+    path.write_text(rec + "\n")
+    batch = FileSource("n", path, since_us=0).step()
+    assert batch is not None and [line.message for line in batch.lines] == [
+        "\r      total time =    4535.45 ms /   505 tokens"
+    ]
+
+
+def test_negative_offset_in_a_position_starts_from_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "n.log"
+    path.write_bytes(lines_of(render("short", T0, TOTAL_D)))
+    st = os.stat(path)
+    batch = FileSource("n", path, since_us=0, position=f"{st.st_dev}:{st.st_ino}:-5").step()
+    assert batch is not None and [line.message for line in batch.lines] == [TOTAL_D]

@@ -12,9 +12,12 @@ from exporter.logline import LogLine
 
 # `2026-09-22T07:31:04.127792+0000 host sm-llm[1234]: message` (the offset may be `+00:00`)
 _SHORT = re.compile(
-    r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?([+-]\d\d:?\d\d|Z)?"  # time
-    r" \S+ [^\[\s]+?(?:\[(\d+)\])?: ?"  # host identifier[pid]:
+    rb"(\d{4}-\d\d-\d\dT\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?([+-]\d\d:?\d\d|Z)?"  # time
+    rb" \S+ [^\[\s]+?(?:\[(\d+)\])?: ?"  # host identifier[pid]:
 )
+
+
+_FRACTION = (0, 100_000, 10_000, 1_000, 100, 10, 1)  # microseconds per unit of n digits
 
 
 class DumpLineError(ValueError):
@@ -26,7 +29,7 @@ class LineDecoder:
 
     def __init__(self, node: str) -> None:
         self.node = node
-        self._hour_key = ""  # the date-hour and offset converted last, and its epoch seconds
+        self._hour_key = b""  # the date-hour and offset converted last, and its epoch seconds
         self._hour_s = 0
 
     def decode(self, raw: bytes) -> LogLine | None:
@@ -36,7 +39,7 @@ class LineDecoder:
             return self._json(raw)
         if not raw.strip() or raw[:3] == b"-- " or raw[:1] in (b" ", b"\t"):
             return None
-        return self._short(raw.decode("utf-8", "replace").rstrip("\r"))
+        return self._short(raw)
 
     def _json(self, raw: bytes) -> LogLine:
         try:
@@ -55,24 +58,29 @@ class LineDecoder:
             field_text(rec.get("MESSAGE")),
         )
 
-    def _short(self, text: str) -> LogLine:
-        m = _SHORT.match(text)
+    def _short(self, raw: bytes) -> LogLine:
+        m = _SHORT.match(raw)
         if m is None:
             raise DumpLineError("neither journal JSON nor short-iso-precise")
-        stamp, frac, offset, pid = m.groups()
-        key = stamp[:13] + (offset or "")
+        hour, minute, second, frac, offset, pid = m.groups()
+        key = hour + offset if offset else hour
         if key != self._hour_key:  # lines come in time order: one conversion an hour
+            text = (hour + b":00:00" + (offset or b"")).decode()
             try:
-                hour_us = parse_time_us(stamp[:13] + ":00:00" + (offset or ""))
+                hour_us = parse_time_us(text)
             except ValueError as e:
-                raise DumpLineError(f"bad time {stamp!r}: {e}") from None
+                raise DumpLineError(f"bad time {text!r}: {e}") from None
             self._hour_key, self._hour_s = key, hour_us // 1_000_000
-        minute, second = int(stamp[14:16]), int(stamp[17:19])
-        if minute > 59 or second > 60:
-            raise DumpLineError(f"bad time {stamp!r}")
-        seconds = self._hour_s + minute * 60 + second
-        us = seconds * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
-        return LogLine(self.node, us, "", int(pid) if pid else 0, text[m.end() :])
+        mm, ss = int(minute), int(second)
+        if mm > 59 or ss > 60:
+            raise DumpLineError(f"bad time {m.group()[:19]!r}")
+        us = (self._hour_s + mm * 60 + ss) * 1_000_000
+        if frac:
+            us += int(frac) * _FRACTION[len(frac)]
+        message = raw[m.end() :].decode("utf-8", "replace")
+        if message[-1:] == "\r":
+            message = message[:-1]
+        return LogLine(self.node, us, "", int(pid) if pid else 0, message)
 
 
 def field_text(value: object) -> str:

@@ -11,7 +11,6 @@ import asyncio
 import io
 import logging
 import os
-import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,8 +23,9 @@ from exporter.sources.dump import DumpLineError, LineDecoder
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
-# The parser's keywords, and JSON entries whose MESSAGE is not UTF-8 (an array of bytes).
-_RELEVANT = re.compile(b"|".join([*map(re.escape, KEYWORDS), rb'"MESSAGE":\s*\[']))
+# The parser's keywords, and JSON entries whose MESSAGE is not UTF-8 (an array of bytes),
+# whatever the spacing journalctl puts around the colon.
+_KEYWORDS = (*KEYWORDS, b'"MESSAGE":[', b'"MESSAGE": [', b'"MESSAGE" : [')
 
 
 @dataclass(frozen=True)
@@ -46,17 +46,26 @@ class FilePosition:
         return cls(dev, ino, offset) if offset >= 0 else None
 
 
-def relevant_lines(data: bytes) -> Iterator[bytes]:
-    """The lines of `data` (whole lines, newline-separated) that contain a keyword."""
-    end = -1
-    for m in _RELEVANT.finditer(data):
-        if m.start() <= end:
-            continue  # a second keyword on a line already taken
-        start = data.rfind(b"\n", 0, m.start()) + 1
-        end = data.find(b"\n", m.end())
-        if end < 0:
-            end = len(data)
-        yield data[start:end]
+def relevant_lines(data: bytes) -> list[bytes]:
+    """The lines of `data` (whole lines, newline-separated) that contain a keyword, in order.
+
+    One `bytes.find` pass per keyword: a C-speed search, where an alternation regex would try
+    every keyword at every byte."""
+    find, rfind = data.find, data.rfind
+    starts: set[int] = set()
+    for keyword in _KEYWORDS:
+        at = find(keyword)
+        while at >= 0:
+            starts.add(rfind(b"\n", 0, at) + 1)
+            end = find(b"\n", at)
+            if end < 0:
+                break
+            at = find(keyword, end)
+    lines = []
+    for start in sorted(starts):
+        end = find(b"\n", start)
+        lines.append(data[start:] if end < 0 else data[start:end])
+    return lines
 
 
 def last_lines(data: bytes, most: int = 16) -> Iterator[bytes]:
