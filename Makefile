@@ -43,15 +43,13 @@ pytest: venv deps
 
 test: lint typecheck pytest
 
-# The embedded demo (three nodes, no sm-llm unit or SSH needed): the last hour of a seeded
-# workload as journal dumps, then the report over that hour.
+# The daemon on the embedded demo (three nodes, no sm-llm unit or SSH needed).
 run: venv
-	@args=$$($(BIN)/python -m exporter.demo .demo) && \
-	$(BIN)/sm-llm-exporter report --since "$$(date -u -d '-1 hour' +%FT%T)" \
-	  --until "$$(date -u +%FT%T)" $$args
+	$(BIN)/sm-llm-exporter demo --listen :10027
 
-bench: venv
+bench: venv deps
 	$(BIN)/python bench/report.py
+	$(BIN)/python bench/ingest.py
 
 clean:
 	rm -rf .demo $(VENV) .mypy_cache .ruff_cache .pytest_cache
