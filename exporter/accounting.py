@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from exporter.kinds import Kinds
 from exporter.logline import Event, EventKind, Interval, Record
@@ -369,3 +370,104 @@ def _mix_labels_by_mask(sorted_kinds: Sequence[str]) -> list[str]:
         "+".join(k for i, k in enumerate(sorted_kinds) if mask >> i & 1) or "idle"
         for mask in range(1 << len(sorted_kinds))
     ]
+
+
+# -- checkpoints -------------------------------------------------------------------------------
+
+_NODE_COUNTERS = (
+    "newest_us",
+    "busy_us",
+    "last_end_us",
+    "entries",
+    "cancelled",
+    "aborted",
+    "restarts",
+    "parse_errors",
+    "late",
+    "reconnects",
+    "gaps",
+)
+_KIND_COUNTERS = (
+    "requests",
+    "request_us",
+    "tokens",
+    "prompt_tokens",
+    "generated_tokens",
+    "prompt_us",
+    "generation_us",
+)
+
+
+def state_of(acc: Accounting) -> dict[str, Any]:
+    """Every number `acc` holds (not what its sources are doing now), as JSON-ready values."""
+    kinds_by_bit = {1 << i: k for i, k in enumerate(sorted(acc.kind_names))}
+    return {
+        "origin_us": acc.origin_us,
+        "watermark_us": acc.watermark_us,
+        "kinds": [[r.name, r.min_tokens, r.max_tokens] for r in acc.kinds.rules],
+        "buckets_us": list(acc.buckets_us),
+        "concurrency_us": list(acc.concurrency_us),
+        "mix_us": dict(acc.mix_us),
+        "pending": [[s, e, acc.node_names[n], kinds_by_bit[bit]] for s, e, n, bit in acc._pending],
+        "nodes": {
+            name: {
+                **{f: getattr(ns, f) for f in _NODE_COUNTERS},
+                "start_lines": ns.start_lines,
+                "in_flight": [[slot, task, t] for (slot, task), t in ns.in_flight.items()],
+                "kinds": {
+                    k: [*(getattr(c, f) for f in _KIND_COUNTERS), c.buckets]
+                    for k, c in ns.kinds.items()
+                },
+            }
+            for name, ns in acc.nodes.items()
+        },
+    }
+
+
+def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
+    """Put a checkpointed state back into a fresh `acc` built from today's config; returns what
+    changed since (nodes added or dropped, kinds or buckets changed), for the log. Raises
+    KeyError, TypeError or ValueError on a state that does not fit."""
+    notes: list[str] = []
+    same_kinds = state["kinds"] == [[r.name, r.min_tokens, r.max_tokens] for r in acc.kinds.rules]
+    same_buckets = state["buckets_us"] == list(acc.buckets_us)
+    if not same_kinds:
+        notes.append("the kinds changed: per-kind and mix counters start again from 0")
+    elif not same_buckets:
+        notes.append("duration_buckets changed: the duration histograms start again from 0")
+    acc.origin_us = int(state["origin_us"])
+    acc.watermark_us = int(state["watermark_us"])
+    saved_conc = [int(v) for v in state["concurrency_us"]]
+    acc.concurrency_us = (saved_conc + [0] * len(acc.concurrency_us))[: len(acc.concurrency_us)]
+    if len(saved_conc) != len(acc.concurrency_us):
+        notes.append(
+            f"the number of nodes changed from {len(saved_conc) - 1} to "
+            f"{len(acc.concurrency_us) - 1}"
+        )
+    if same_kinds:
+        acc.mix_us.update({k: int(v) for k, v in state["mix_us"].items() if k in acc.mix_us})
+    for name, saved in state["nodes"].items():
+        ns = acc.nodes.get(name)
+        if ns is None:
+            notes.append(f"node {name} is no longer configured: its counters are dropped")
+            continue
+        for f in _NODE_COUNTERS:
+            value = saved[f]
+            setattr(ns, f, None if value is None else int(value))
+        ns.start_lines = bool(saved["start_lines"])
+        ns.in_flight = {(int(s), int(t)): int(at) for s, t, at in saved["in_flight"]}
+        if same_kinds:
+            for k, values in saved["kinds"].items():
+                c = ns.kinds[k]
+                for f, v in zip(_KIND_COUNTERS, values, strict=False):
+                    setattr(c, f, int(v))
+                if same_buckets:
+                    c.buckets = [int(b) for b in values[len(_KIND_COUNTERS)]]
+    for name in acc.nodes.keys() - state["nodes"].keys():
+        notes.append(f"node {name} is new: it starts at `since`")
+    catch_all = acc.kinds.classify(None)
+    for s, e, name, kind in state["pending"]:
+        if name in acc.nodes:
+            bit = 1 << acc._kind_index.get(kind, acc._kind_index[catch_all])
+            acc._pending.append((int(s), int(e), acc._node_index[name], bit))
+    return notes

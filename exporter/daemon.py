@@ -14,9 +14,11 @@ import signal
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from datetime import UTC, datetime
 
 from exporter import __version__
-from exporter.accounting import SECOND, Accounting
+from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
+from exporter.checkpoint import Checkpoint, CheckpointError
 from exporter.collector import Renderer
 from exporter.config import Config, FileNode, NodeConfig
 from exporter.http import HttpServer, Pages
@@ -67,18 +69,18 @@ class Daemon:
         self.renderer = Renderer(version)
         self.pages = Pages(ready=self._ready)
         self.server = HttpServer(self.pages, config.listen_host, config.listen_port)
-        self.origin_us = config.since_us(self._now_us())
+        self.checkpoint = Checkpoint(config.state_dir, clock=clock)
+        self.checkpoint_errors = 0
+        self.since_us = config.since_us(self._now_us())
         names = [n.name for n in config.nodes]
-        self.acc = Accounting(
-            names,
-            config.kinds,
-            origin_us=self.origin_us,
-            max_request_us=config.max_request_seconds * SECOND,
-            stall_us=config.stall_seconds * SECOND,
-            buckets_s=config.duration_buckets,
-        )
+        self.acc = self._fresh_accounting()
         self.parsers = {n: Parser(n) for n in names}
         self.positions: dict[str, str] = dict.fromkeys(names, "")
+        self.node_since = dict.fromkeys(
+            names, self.since_us
+        )  # where a node without position starts
+        self._served: Snapshot = self.acc.snapshot()  # the last checkpointed snapshot
+        self._failing = False
         self.address: tuple[str, int] | None = None
         self.turns = 0  # ingest loop turns: the heartbeat
         self._started: set[str] = set()
@@ -88,11 +90,23 @@ class Daemon:
     def _now_us(self) -> int:
         return int(self.clock() * SECOND)
 
+    def _fresh_accounting(self) -> Accounting:
+        c = self.config
+        return Accounting(
+            [n.name for n in c.nodes],
+            c.kinds,
+            origin_us=self.since_us,
+            max_request_us=c.max_request_seconds * SECOND,
+            stall_us=c.stall_seconds * SECOND,
+            buckets_s=c.duration_buckets,
+        )
+
     def _ready(self) -> bool:
         return self.address is not None and len(self._started) == len(self.config.nodes)
 
     async def run(self) -> None:
         """Serve until cancelled."""
+        self.resume()
         self.publish()
         self.address = await self.server.start()
         log.info("serving /metrics on %s:%d", *self.address)
@@ -130,7 +144,9 @@ class Daemon:
         while True:
             self._started.add(node.name)
             try:
-                source = self.source_factory(node, self.origin_us, self.positions[node.name])
+                source = self.source_factory(
+                    node, self.node_since[node.name], self.positions[node.name]
+                )
                 if not first:
                     await queue.put(Batch(node.name, up=False, reconnected=True))
                 first = False
@@ -148,6 +164,15 @@ class Daemon:
     # -- ingest -----------------------------------------------------------------------------
 
     async def _ingest(self, queue: asyncio.Queue[Batch]) -> None:
+        try:
+            await self._ingest_loop(queue)
+        finally:  # cancelled: a last checkpoint of everything applied
+            try:
+                self.checkpoint.write(self._state())
+            except OSError as e:
+                log.error("final checkpoint %s failed: %s", self.checkpoint.path, e)
+
+    async def _ingest_loop(self, queue: asyncio.Queue[Batch]) -> None:
         last_publish = self._now_us()
         while True:
             batches: list[Batch] = []
@@ -162,7 +187,7 @@ class Daemon:
             self._tick(now)
             self.turns += 1
             if now - last_publish >= self.publish_seconds * SECOND:
-                self.publish()
+                await self._checkpoint_then_publish()
                 last_publish = now
             await asyncio.sleep(0)
 
@@ -220,6 +245,99 @@ class Daemon:
                 self._add(rec)
         self.acc.advance(now_us)
 
+    # -- checkpoint, then publish --------------------------------------------------------------
+
+    def _state(self) -> bytes:
+        return Checkpoint.encode(
+            {
+                "accounting": state_of(self.acc),
+                "parsers": {n: p.state() for n, p in self.parsers.items()},
+                "positions": self.positions,
+                "checkpoint_errors": self.checkpoint_errors,
+                "written_at_us": self._now_us(),
+            }
+        )
+
+    async def _checkpoint_then_publish(self) -> None:
+        """Scrapes only ever see values a checkpoint holds: write it, then publish them."""
+        snapshot, data = self.acc.snapshot(), self._state()
+        try:
+            await asyncio.to_thread(self.checkpoint.write, data)
+        except OSError as e:
+            self.checkpoint_errors += 1
+            if not self._failing:
+                log.error(
+                    "checkpoint %s failed: %s; serving the last checkpointed values and "
+                    "retrying every %.0f s",
+                    self.checkpoint.path,
+                    e,
+                    self.publish_seconds,
+                )
+            self._failing = True
+            self.publish()  # the same values, with the error counted
+            return
+        if self._failing:
+            log.info("checkpoint %s written again", self.checkpoint.path)
+            self._failing = False
+        self._served = snapshot
+        self.publish()
+
     def publish(self) -> None:
-        """Render a new snapshot; scrapes serve it from memory until the next one."""
-        self.pages.metrics = self.renderer.render(self.acc.snapshot())
+        """Render the last checkpointed snapshot; scrapes serve it from memory until the next."""
+        self.pages.metrics = self.renderer.render(self._served, self.checkpoint_errors)
+
+    def resume(self) -> None:
+        """Take up where the checkpoint left off; an unusable one is set aside, never fatal."""
+        try:
+            saved = self.checkpoint.load()
+        except CheckpointError as e:
+            self._refuse(str(e))
+            return
+        if saved is None:
+            log.info(
+                "no checkpoint in %s: every node starts at since=%s",
+                self.checkpoint.path.parent,
+                self.config.since,
+            )
+            return
+        try:
+            notes = restore(self.acc, saved["accounting"])
+            parsers = {
+                n: Parser.from_state(n, st)
+                for n, st in saved["parsers"].items()
+                if n in self.parsers
+            }
+            positions = {n: str(p) for n, p in saved["positions"].items() if n in self.positions}
+            errors = int(saved["checkpoint_errors"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self.acc = self._fresh_accounting()
+            self._refuse(f"{self.checkpoint.path}: does not fit ({type(e).__name__}: {e})")
+            return
+        self.parsers.update(parsers)
+        self.positions.update(positions)
+        self.checkpoint_errors = errors
+        for name in self.node_since:
+            if name in saved["parsers"]:
+                self.node_since[name] = self.acc.origin_us
+        for note in notes:
+            log.warning("checkpoint %s: %s", self.checkpoint.path, note)
+        self._served = self.acc.snapshot()
+        log.info(
+            "resuming from checkpoint %s (%d nodes, accounted until %s)",
+            self.checkpoint.path,
+            len(positions),
+            _iso(self.acc.watermark_us),
+        )
+
+    def _refuse(self, why: str) -> None:
+        aside = self.checkpoint.set_aside()
+        log.error(
+            "%s; starting every node from since=%s instead%s",
+            why,
+            self.config.since,
+            f" (the file is kept as {aside})" if aside else "",
+        )
+
+
+def _iso(us: int) -> str:
+    return datetime.fromtimestamp(us / SECOND, UTC).isoformat(timespec="seconds")

@@ -22,8 +22,14 @@ MAX_DURATION_US = 7 * 86_400 * 1_000_000
 MAX_TOKENS = 1_000_000_000
 
 # Every line `Parser.feed` can use contains one of these; a source may skip the others unread.
-KEYWORDS = (b"total time", b"eval time", b"print_timing", b"launch_slot_", b"release",
-            b"slot is processing task")
+KEYWORDS = (
+    b"total time",
+    b"eval time",
+    b"print_timing",
+    b"launch_slot_",
+    b"release",
+    b"slot is processing task",
+)
 
 _TOTAL = re.compile(r"total time\s*=\s*(\S+)\s*ms(?:\s*/\s*(\S+)\s+tokens)?")
 _PROMPT = re.compile(r"prompt eval time\s*=\s*(\S+)\s*ms\s*/\s*(\S+)\s+tokens")

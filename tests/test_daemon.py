@@ -87,7 +87,10 @@ SINCE = datetime.fromtimestamp(START // SECOND, UTC).isoformat()
 
 
 def config_for(paths: dict[str, Path]) -> Config:
+    """File nodes over `paths`; the checkpoint beside the first of them."""
+    state_dir = next(iter(paths.values())).parent / "state"
     return Config(
+        state_dir=state_dir,
         listen_host="127.0.0.1",
         listen_port=0,
         since=SINCE,
@@ -300,7 +303,10 @@ def test_signal_stops_the_daemon_cleanly(
     port = free_port()
     cfg = tmp_path / "config.yaml"
     nodes = "\n".join(f"  - {{name: {n}, source: file, path: {p}}}" for n, p in dumps.items())
-    cfg.write_text(f'listen: "127.0.0.1:{port}"\nsince: "{SINCE}"\nnodes:\n{nodes}\n')
+    cfg.write_text(
+        f'listen: "127.0.0.1:{port}"\nsince: "{SINCE}"\nstate_dir: {tmp_path / "state"}\n'
+        f"nodes:\n{nodes}\n"
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "exporter", "run", "--config", str(cfg)],
         cwd=REPO,

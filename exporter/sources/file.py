@@ -106,6 +106,7 @@ class FileSource:
         self._said_missing = False
         self._said_caught_up = False
         self._lock = threading.Lock()
+        self._gap = False  # the saved position could not be resumed: say so in the next batch
 
     async def run(self, out: asyncio.Queue[Batch]) -> None:
         try:
@@ -176,7 +177,12 @@ class FileSource:
             position=str(FilePosition(self._dev, self._ino, self._offset)),
             caught_up=caught_up,
             errors=tuple(errors),
+            gap=self._take_gap(),
         )
+
+    def _take_gap(self) -> bool:
+        gap, self._gap = self._gap, False
+        return gap
 
     def _open(self) -> bool:
         try:
@@ -197,6 +203,15 @@ class FileSource:
             self._offset = resume.offset
             f.seek(resume.offset)
             log.info("node %s: following %s from byte %d", self.node, self.path, resume.offset)
+        elif resume is not None:
+            self._gap = True
+            log.warning(
+                "node %s: %s is not the file of the saved position (replaced or "
+                "truncated while the exporter was down): reading it from its start; "
+                "what the old file held after that position is lost",
+                self.node,
+                self.path,
+            )
         else:
             log.info("node %s: following %s from its start", self.node, self.path)
         return True

@@ -1,0 +1,96 @@
+"""The state file: positions and every counter in one versioned JSON file, written atomically.
+
+A write goes to a new temporary file in the same directory, is fsynced, renamed over the old
+file and the directory fsynced, so a crash at any moment leaves either the old checkpoint or the
+new one, whole. The file is mode 0600; its directory is made 0700 when missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+NAME = "checkpoint.json"
+
+
+class CheckpointError(Exception):
+    """A checkpoint exists but cannot be used; the message says which file and why."""
+
+
+class Checkpoint:
+    """One state file; `write` may be called from a worker thread (writes are serialized)."""
+
+    def __init__(self, state_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = state_dir / NAME
+        self.clock = clock
+        self._lock = threading.Lock()
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved state; None when there is none; CheckpointError when it is unusable."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise CheckpointError(f"{self.path}: cannot read: {e}") from None
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise CheckpointError(f"{self.path}: not a checkpoint (not JSON: {e})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            found = data.get("format") if isinstance(data, dict) else None
+            raise CheckpointError(
+                f"{self.path}: checkpoint format {found!r}, this version reads format {FORMAT}"
+            )
+        return data
+
+    def set_aside(self) -> Path | None:
+        """Move an unusable checkpoint out of the way (kept for a look); returns where."""
+        aside = self.path.with_name(f"{NAME}.unusable-{int(self.clock())}")
+        try:
+            self.path.rename(aside)
+        except OSError:
+            return None
+        return aside
+
+    @staticmethod
+    def encode(state: dict[str, Any]) -> bytes:
+        return json.dumps({"format": FORMAT, **state}, separators=(",", ":")).encode()
+
+    def write(self, data: bytes) -> None:
+        """Replace the checkpoint with `data`, atomically; raises OSError (disk full, read-only)."""
+        with self._lock:
+            directory = self.path.parent
+            if not directory.is_dir():
+                directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = directory / f".{NAME}.{os.getpid()}.{threading.get_ident()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                tmp.unlink(missing_ok=True)
+                raise
+            os.close(fd)
+            try:
+                os.replace(tmp, self.path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
