@@ -44,18 +44,19 @@ class Checkpoint:
             raise CheckpointError(f"{self.path}: cannot read: {e}") from None
         try:
             data = json.loads(raw)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise CheckpointError(f"{self.path}: not a checkpoint (not JSON: {e})") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            found = data.get("format") if isinstance(data, dict) else None
+        found = data.get("format") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or type(found) is not int or found != FORMAT:
             raise CheckpointError(
                 f"{self.path}: checkpoint format {found!r}, this version reads format {FORMAT}"
             )
-        return data
+        state: dict[str, Any] = data
+        return state
 
     def set_aside(self) -> Path | None:
         """Move an unusable checkpoint out of the way (kept for a look); returns where."""
-        aside = self.path.with_name(f"{NAME}.unusable-{int(self.clock())}")
+        aside = self.path.with_name(f"{NAME}.unusable-{int(self.clock() * 1e6)}")
         try:
             self.path.rename(aside)
         except OSError:

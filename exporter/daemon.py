@@ -268,7 +268,7 @@ class Daemon:
             if not self._failing:
                 log.error(
                     "checkpoint %s failed: %s; serving the last checkpointed values and "
-                    "retrying every %.0f s",
+                    "retrying every %.1f s",
                     self.checkpoint.path,
                     e,
                     self.publish_seconds,
@@ -309,7 +309,7 @@ class Daemon:
             }
             positions = {n: str(p) for n, p in saved["positions"].items() if n in self.positions}
             errors = int(saved["checkpoint_errors"])
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+        except Exception as e:  # any misfit of its structure: refuse it, never crash on it
             self.acc = self._fresh_accounting()
             self._refuse(f"{self.checkpoint.path}: does not fit ({type(e).__name__}: {e})")
             return
