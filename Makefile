@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BASE   := $(VENV)/.base
 # Debian packages the tests start for real; apt-installed when missing and run as root.
-DEB_PACKAGES ?= prometheus mtail
+DEB_PACKAGES ?= libsystemd-dev pkg-config systemd-journal-remote prometheus mtail
 
 .PHONY: all venv deps test lint typecheck pytest run bench clean
 
@@ -23,9 +24,14 @@ deps:
 	  fi; \
 	fi
 
-$(STAMP): pyproject.toml
+$(BASE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(BASE)
+
+# The test extras include systemd-python, which builds against libsystemd-dev (deps).
+$(STAMP): $(BASE) | deps
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
@@ -38,13 +44,13 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy exporter tests bench
 
-pytest: venv deps
+pytest: venv
 	$(BIN)/pytest
 
 test: lint typecheck pytest
 
 # The daemon on the embedded demo (three nodes, no sm-llm unit or SSH needed).
-run: venv
+run: $(BASE)
 	$(BIN)/sm-llm-exporter demo --listen :10027
 
 bench: venv deps

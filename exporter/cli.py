@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from exporter import __version__, config, daemon, demo, report
-from exporter.kinds import DEFAULT_RULES, Kinds, split_rules
-from exporter.sources.dump import parse_time_us, read_dump
+from exporter.kinds import Kinds, split_rules
+from exporter.sources.dump import parse_time_us
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +103,16 @@ def _parser() -> argparse.ArgumentParser:
         "--input",
         action="append",
         type=_input,
-        required=True,
         metavar="NODE=FILE",
-        help="a node's journal dump (journalctl -o json or -o short-iso-precise); repeat per node",
+        help="a node's journal dump (journalctl -o json or -o short-iso-precise), instead of "
+        "the configured nodes; repeat per node",
+    )
+    rp.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help=f"the nodes, kinds and max_request_seconds (default "
+        f"{config.DEFAULT_PATH} when no --input is given)",
     )
     rp.add_argument(
         "--split-tokens",
@@ -116,9 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "--max-request-seconds",
         type=int,
-        default=600,
         metavar="S",
-        help="longest request expected (default 600)",
+        help="longest request expected (default: the config's, 600)",
     )
     rp.add_argument("--format", choices=["text", "json"], default="text")
     return ap
@@ -177,22 +183,32 @@ def _report(args: argparse.Namespace) -> int:
     if args.until <= args.since:
         log.error("--until must be after --since")
         return 2
-    nodes: dict[str, Path] = {}
-    for node, path in args.input:
-        if node in nodes:
-            log.error("node %s given twice in --input", node)
+    cfg = config.Config()
+    if args.config is not None or not args.input:
+        loaded = _load(args.config or config.DEFAULT_PATH)
+        if loaded is None:
+            return 1
+        cfg = loaded
+    nodes: tuple[config.NodeConfig, ...] = cfg.nodes
+    if args.input:
+        names = [node for node, _ in args.input]
+        if len(set(names)) != len(names):
+            log.error("a node is given twice in --input: %s", ", ".join(names))
             return 2
-        if not path.is_file():
-            log.error("node %s: no such file: %s", node, path)
-            return 2
-        nodes[node] = path
-    kinds = Kinds(
-        split_rules(args.split_tokens) if args.split_tokens is not None else DEFAULT_RULES
-    )
-    streams = {node: read_dump(path, node) for node, path in nodes.items()}
-    r = report.build(
-        streams, kinds, args.since, args.until, max_request_us=args.max_request_seconds * 1_000_000
-    )
+        nodes = tuple(config.FileNode(node, path) for node, path in args.input)
+    missing = [
+        f"node {n.name}: no such file: {n.path}"
+        for n in nodes
+        if isinstance(n, config.FileNode) and not n.path.is_file()
+    ]
+    if missing:
+        log.error("%s", "; ".join(missing))
+        return 2
+    kinds = Kinds(split_rules(args.split_tokens)) if args.split_tokens is not None else cfg.kinds
+    max_request_s = args.max_request_seconds or cfg.max_request_seconds
+    max_request_us = max_request_s * 1_000_000
+    streams = {n.name: report.node_lines(n, args.since, args.until + max_request_us) for n in nodes}
+    r = report.build(streams, kinds, args.since, args.until, max_request_us=max_request_us)
     for n in r.snapshot.nodes:
         if n.parse_errors:
             log.warning(

@@ -9,6 +9,7 @@ snapshot that scrapes read from memory. Cancellation is the only way it stops.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import signal
 import time
@@ -20,9 +21,10 @@ from exporter import __version__
 from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
 from exporter.checkpoint import Checkpoint, CheckpointError
 from exporter.collector import Renderer
-from exporter.config import Config, FileNode, NodeConfig
+from exporter.config import Config, FileNode, JournalNode, NodeConfig
 from exporter.http import HttpServer, Pages
 from exporter.logline import Batch, Event, EventKind, Interval
+from exporter.notify import Notifier
 from exporter.parse import Parser
 from exporter.sources import Source, SourceError
 from exporter.sources.file import FileSource
@@ -38,6 +40,17 @@ def make_source(node: NodeConfig, since_us: int, position: str) -> Source:
     """The production source for a configured node."""
     if isinstance(node, FileNode):
         return FileSource(node.name, node.path, since_us=since_us, position=position)
+    if isinstance(node, JournalNode) and "journal" in AVAILABLE_SOURCES:
+        from exporter.sources.journal import JournalSource  # needs systemd-python
+
+        return JournalSource(
+            node.name,
+            node.unit,
+            since_us=since_us,
+            position=position,
+            directory=node.directory,
+            files=node.files,
+        )
     raise SourceError(
         f"node {node.name}: source {node.source!r} is not available in this "
         f"version of sm-llm-exporter"
@@ -45,7 +58,9 @@ def make_source(node: NodeConfig, since_us: int, position: str) -> Source:
 
 
 # The kinds of source `make_source` can start.
-AVAILABLE_SOURCES = frozenset({"file"})
+AVAILABLE_SOURCES = frozenset(
+    {"file"} | ({"journal"} if importlib.util.find_spec("systemd") is not None else set())
+)
 
 
 class Daemon:
@@ -60,7 +75,9 @@ class Daemon:
         publish_seconds: float = 1.0,
         tick_seconds: float = 0.5,
         version: str = __version__,
+        notifier: Notifier | None = None,
     ) -> None:
+        self.notifier = notifier if notifier is not None else Notifier()
         self.config = config
         self.clock = clock
         self.source_factory = source_factory
@@ -124,8 +141,13 @@ class Daemon:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
+
+        def stop() -> None:
+            self.notifier.stopping()
+            task.cancel()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, stop)
         try:
             await self.run()
         except asyncio.CancelledError:
@@ -186,9 +208,13 @@ class Daemon:
                 self._apply(batch, now)
             self._tick(now)
             self.turns += 1
+            self.notifier.heartbeat()
             if now - last_publish >= self.publish_seconds * SECOND:
                 await self._checkpoint_then_publish()
                 last_publish = now
+                if self._ready():
+                    self.notifier.ready(self.status())
+                    self.notifier.status(self.status())
             await asyncio.sleep(0)
 
     def _apply(self, batch: Batch, now_us: int) -> None:
@@ -281,6 +307,16 @@ class Daemon:
             self._failing = False
         self._served = snapshot
         self.publish()
+
+    def status(self) -> str:
+        """A one-line summary for systemd's STATUS=."""
+        snap = self._served
+        up = sum(1 for n in snap.nodes if n.up)
+        requests = sum(c.requests for n in snap.nodes for c in n.kinds.values())
+        return (
+            f"{up}/{len(snap.nodes)} sources up, {snap.nodes_busy} nodes busy, "
+            f"{requests} requests, accounted until {_iso(snap.watermark_us)}"
+        )
 
     def publish(self) -> None:
         """Render the last checkpointed snapshot; scrapes serve it from memory until the next."""

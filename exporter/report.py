@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.accounting import SECOND, Accounting, Snapshot
+from exporter.config import FileNode, JournalNode, NodeConfig
 from exporter.kinds import Kinds
 from exporter.logline import Event, EventKind, Interval, LogLine
 from exporter.parse import Parser
+from exporter.sources import SourceError
+from exporter.sources.dump import read_dump
 
 # Column labels the seed prints for its two kinds.
 _SEED_LABELS = {"extraction": "extract", "reconcile": "reconcile"}
@@ -75,6 +78,19 @@ def _add(
         acc.add(rec, count=counted)
     elif since_us <= rec.time_us <= until_us:
         acc.add(rec)
+
+
+def node_lines(node: NodeConfig, since_us: int, until_us: int) -> Iterable[LogLine | Exception]:
+    """A configured node's lines over [since_us, until_us], read from where it keeps them."""
+    if isinstance(node, FileNode):
+        return read_dump(node.path, node.name)
+    if isinstance(node, JournalNode):
+        from exporter.sources.journal import read_window  # needs systemd-python
+
+        return read_window(
+            node.name, node.unit, since_us, until_us, directory=node.directory, files=node.files
+        )
+    raise SourceError(f"node {node.name}: the report cannot read source {node.source!r} yet")
 
 
 def median_us(durations: Sequence[int]) -> int | None:

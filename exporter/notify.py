@@ -1,0 +1,61 @@
+"""sd_notify for a Type=notify service: READY=1, STATUS=, WATCHDOG=1 and STOPPING=1.
+
+Silent when systemd did not ask (no NOTIFY_SOCKET). The watchdog is fed at most twice per
+WATCHDOG_USEC, from the ingest loop's own turns: a heartbeat of the loop, not of entries read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+
+try:
+    from systemd import daemon as _sd
+except ImportError:  # systemd-python is the `journal` extra; the demo and report run without it
+    _sd = None
+
+log = logging.getLogger(__name__)
+
+
+class Notifier:
+    def __init__(
+        self, env: Mapping[str, str] = os.environ, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.enabled = bool(env.get("NOTIFY_SOCKET"))
+        self.clock = clock
+        watchdog_usec = env.get("WATCHDOG_USEC", "")
+        self.watchdog_every = int(watchdog_usec) / 2e6 if watchdog_usec.isdigit() else None
+        self._last_watchdog = float("-inf")
+        self._ready = False
+        if self.enabled and _sd is None:
+            log.warning(
+                "systemd asked for notifications (NOTIFY_SOCKET) but systemd-python is "
+                "not installed: pip install 'sm-llm-exporter[journal]'"
+            )
+            self.enabled = False
+
+    def _send(self, state: str) -> None:
+        if self.enabled and _sd is not None:
+            _sd.notify(state)
+
+    def ready(self, status: str) -> None:
+        if not self._ready:
+            self._ready = True
+            self._send(f"READY=1\nSTATUS={status}")
+
+    def status(self, status: str) -> None:
+        self._send(f"STATUS={status}")
+
+    def heartbeat(self) -> None:
+        """One turn of the ingest loop: feed the watchdog when it is due."""
+        if self.watchdog_every is None:
+            return
+        now = self.clock()
+        if now - self._last_watchdog >= self.watchdog_every:
+            self._last_watchdog = now
+            self._send("WATCHDOG=1")
+
+    def stopping(self) -> None:
+        self._send("STOPPING=1\nSTATUS=stopping: writing the last checkpoint")

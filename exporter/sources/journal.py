@@ -1,0 +1,224 @@
+"""Follows a journal through systemd-python: the local one, a directory or files, matched on a unit.
+
+Only the fields the parser needs are read, raw (`_get`, no per-field converters), and MESSAGE
+is tested for the parser's keywords before it is decoded. The Reader is used from worker threads
+only, one at a time, so the event loop never blocks. Position: the journal cursor of the last
+entry read; resuming skips that entry itself. A cursor that no longer exists (vacuumed or
+rotated away) resumes from its own time, with a warning and a gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from systemd import journal
+
+from exporter.logline import Batch, LogLine
+from exporter.parse import KEYWORDS
+from exporter.sources import SourceError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+BATCH = 5000  # entries per batch at most
+WAIT_US = 1_000_000  # how long one wait for new entries may block its thread
+
+
+def cursor_time_us(cursor: str) -> int | None:
+    """The realtime an entry's cursor names (`t=` field, hex microseconds)."""
+    for part in cursor.split(";"):
+        key, _, value = part.partition("=")
+        if key == "t":
+            try:
+                return int(value, 16)
+            except ValueError:
+                return None
+    return None
+
+
+class JournalSource:
+    """One node's journal, followed; `run` hands Batches to a queue until cancelled."""
+
+    def __init__(
+        self,
+        node: str,
+        unit: str,
+        *,
+        since_us: int,
+        position: str = "",
+        directory: Path | None = None,
+        files: tuple[Path, ...] = (),
+        batch: int = BATCH,
+    ) -> None:
+        self.node = node
+        self.unit = unit
+        self.since_us = since_us
+        self.directory = directory
+        self.files = files
+        self.batch = batch
+        self._cursor = position
+        self._reader: journal._Reader | None = None
+        self._lock = threading.Lock()
+        self._gap = False
+        self._said_caught_up = False
+
+    async def run(self, out: asyncio.Queue[Batch]) -> None:
+        try:
+            await asyncio.to_thread(self._locked, self._open)
+            while True:
+                batch = await asyncio.to_thread(self._locked, self.step)
+                if batch is not None:
+                    await out.put(batch)
+                if batch is None or batch.caught_up:
+                    await asyncio.to_thread(self._locked, self._wait)
+        finally:
+            await asyncio.to_thread(self._locked, self._close)
+
+    def _locked(self, fn: Callable[[], T]) -> T:
+        with self._lock:
+            return fn()
+
+    def _where(self) -> str:
+        if self.directory is not None:
+            return f"journal directory {self.directory}"
+        if self.files:
+            return "journal files " + ", ".join(map(str, self.files))
+        return "the local journal"
+
+    def _open(self) -> None:
+        try:
+            if self.directory is not None:
+                reader = journal._Reader(0, path=str(self.directory))
+            elif self.files:
+                reader = journal._Reader(0, files=[str(f) for f in self.files])
+            else:
+                reader = journal._Reader(journal.LOCAL_ONLY)
+            reader.add_match(f"_SYSTEMD_UNIT={self.unit}".encode())
+        except OSError as e:
+            raise SourceError(f"node {self.node}: cannot open {self._where()}: {e}") from e
+        self._reader = reader
+        self._seek(reader)
+
+    def _seek(self, reader: journal._Reader) -> None:
+        cursor = self._cursor
+        if not cursor:
+            reader.seek_realtime(self.since_us)
+            log.info(
+                "node %s: following %s, unit %s, from %d",
+                self.node,
+                self._where(),
+                self.unit,
+                self.since_us,
+            )
+            return
+        reader.seek_cursor(cursor)
+        if reader._next() and reader.test_cursor(cursor):
+            log.info(
+                "node %s: following %s, unit %s, after its saved cursor",
+                self.node,
+                self._where(),
+                self.unit,
+            )
+            return  # on the entry read last: the next _next() moves past it
+        at = cursor_time_us(cursor)
+        self._gap = True
+        log.warning(
+            "node %s: the saved cursor is no longer in %s (vacuumed or rotated away): "
+            "resuming from its time; entries that are gone are not counted",
+            self.node,
+            self._where(),
+        )
+        if at is None:
+            reader.seek_realtime(self.since_us)
+        else:
+            reader.seek_realtime(at + 1)
+
+    def step(self) -> Batch | None:
+        """Read up to `batch` new entries (blocking: run it in a thread); None when none."""
+        reader = self._reader
+        if reader is None:
+            return None
+        lines: list[LogLine] = []
+        entries = 0
+        newest = None
+        get, node = reader._get, self.node
+        while entries < self.batch and reader._next():
+            entries += 1
+            newest = reader._get_realtime()
+            try:
+                raw = get("MESSAGE")
+            except KeyError:
+                continue
+            if not any(k in raw for k in KEYWORDS):
+                continue
+            try:
+                pid = int(get("_PID"))
+            except (KeyError, ValueError):
+                pid = 0
+            lines.append(
+                LogLine(
+                    node,
+                    newest,
+                    "",
+                    pid,
+                    raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw),
+                )
+            )
+        if entries:
+            self._cursor = reader._get_cursor()
+        caught_up = entries < self.batch
+        if not entries and self._said_caught_up:
+            return None
+        self._said_caught_up = caught_up
+        gap, self._gap = self._gap, False
+        return Batch(
+            node,
+            tuple(lines),
+            entries=entries,
+            newest_us=newest,
+            position=self._cursor,
+            caught_up=caught_up,
+            gap=gap,
+        )
+
+    def _wait(self) -> None:
+        if self._reader is not None:
+            self._reader.wait(WAIT_US)
+
+    def _close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+def read_window(
+    node: str,
+    unit: str,
+    since_us: int,
+    until_us: int,
+    *,
+    directory: Path | None = None,
+    files: tuple[Path, ...] = (),
+) -> Iterator[LogLine]:
+    """The node's entries from `since_us` to `until_us` that may matter, for a report: the
+    journal is sought to the window, not read from its start."""
+    source = JournalSource(node, unit, since_us=since_us, directory=directory, files=files)
+    source._open()
+    try:
+        while True:
+            batch = source.step()
+            if batch is None:
+                return
+            for line in batch.lines:
+                if line.time_us > until_us:
+                    return
+                yield line
+            if batch.caught_up or (batch.newest_us is not None and batch.newest_us > until_us):
+                return
+    finally:
+        source._close()
