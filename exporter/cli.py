@@ -8,10 +8,12 @@ import logging
 import sys
 import tempfile
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from exporter import __version__, config, daemon, demo, report
 from exporter.kinds import Kinds, split_rules
+from exporter.sources import SourceError
 from exporter.sources.dump import parse_time_us
 
 log = logging.getLogger(__name__)
@@ -158,6 +160,18 @@ def _load(path: Path) -> config.Config | None:
         return None
 
 
+def _progress(node: str, entries: int, reached_us: int | None) -> None:
+    """A progress line per node on a terminal: entries read, journal time reached."""
+    when = (
+        ""
+        if reached_us is None
+        else " reached "
+        + datetime.fromtimestamp(reached_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    )
+    sys.stderr.write(f"\r  {node}: {entries:,} entries{when}\x1b[K\n\x1b[1A")
+    sys.stderr.flush()
+
+
 def _check_config(path: Path) -> int:
     cfg = _load(path)
     if cfg is None:
@@ -207,8 +221,13 @@ def _report(args: argparse.Namespace) -> int:
     kinds = Kinds(split_rules(args.split_tokens)) if args.split_tokens is not None else cfg.kinds
     max_request_s = args.max_request_seconds or cfg.max_request_seconds
     max_request_us = max_request_s * 1_000_000
-    streams = {n.name: report.node_lines(n, args.since, args.until + max_request_us) for n in nodes}
-    r = report.build(streams, kinds, args.since, args.until, max_request_us=max_request_us)
+    progress = _progress if sys.stderr.isatty() else None
+    try:
+        streams = report.node_streams(nodes, args.since, args.until + max_request_us, progress)
+        r = report.build(streams, kinds, args.since, args.until, max_request_us=max_request_us)
+    except SourceError as e:
+        log.error("%s", e)
+        return 1
     for n in r.snapshot.nodes:
         if n.parse_errors:
             log.warning(

@@ -21,7 +21,7 @@ from exporter import __version__
 from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
 from exporter.checkpoint import Checkpoint, CheckpointError
 from exporter.collector import Renderer
-from exporter.config import Config, FileNode, JournalNode, NodeConfig
+from exporter.config import Config, FileNode, JournalNode, NodeConfig, SshNode
 from exporter.http import HttpServer, Pages
 from exporter.logline import Batch, Event, EventKind, Interval
 from exporter.notify import Notifier
@@ -51,6 +51,10 @@ def make_source(node: NodeConfig, since_us: int, position: str) -> Source:
             directory=node.directory,
             files=node.files,
         )
+    if isinstance(node, SshNode):
+        from exporter.sources.ssh import SshSource
+
+        return SshSource(node, since_us=since_us, position=position)
     raise SourceError(
         f"node {node.name}: source {node.source!r} is not available in this "
         f"version of sm-llm-exporter"
@@ -59,7 +63,7 @@ def make_source(node: NodeConfig, since_us: int, position: str) -> Source:
 
 # The kinds of source `make_source` can start.
 AVAILABLE_SOURCES = frozenset(
-    {"file"} | ({"journal"} if importlib.util.find_spec("systemd") is not None else set())
+    {"file", "ssh"} | ({"journal"} if importlib.util.find_spec("systemd") is not None else set())
 )
 
 

@@ -6,17 +6,17 @@ mix seconds come from every interval that overlaps the window, clipped to it, ex
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.accounting import SECOND, Accounting, Snapshot
-from exporter.config import FileNode, JournalNode, NodeConfig
+from exporter.config import FileNode, JournalNode, NodeConfig, SshNode
 from exporter.kinds import Kinds
 from exporter.logline import Event, EventKind, Interval, LogLine
 from exporter.parse import Parser
-from exporter.sources import SourceError
 from exporter.sources.dump import read_dump
 
 # Column labels the seed prints for its two kinds.
@@ -80,17 +80,37 @@ def _add(
         acc.add(rec)
 
 
-def node_lines(node: NodeConfig, since_us: int, until_us: int) -> Iterable[LogLine | Exception]:
-    """A configured node's lines over [since_us, until_us], read from where it keeps them."""
-    if isinstance(node, FileNode):
-        return read_dump(node.path, node.name)
-    if isinstance(node, JournalNode):
-        from exporter.sources.journal import read_window  # needs systemd-python
+Progress = Callable[[str, int, int | None], None]
 
-        return read_window(
-            node.name, node.unit, since_us, until_us, directory=node.directory, files=node.files
-        )
-    raise SourceError(f"node {node.name}: the report cannot read source {node.source!r} yet")
+
+def node_streams(
+    nodes: Sequence[NodeConfig], since_us: int, until_us: int, progress: Progress | None = None
+) -> dict[str, Iterable[LogLine | Exception]]:
+    """Every configured node's lines over [since_us, until_us], read from where it keeps them:
+    dump files and local journals as they are iterated, SSH nodes all at once, up front."""
+    streams: dict[str, Iterable[LogLine | Exception]] = {}
+    remote = [n for n in nodes if isinstance(n, SshNode)]
+    if remote:
+        from exporter.sources.ssh import read_window as read_remote
+
+        async def fetch() -> list[list[LogLine | Exception]]:
+            return list(
+                await asyncio.gather(
+                    *(read_remote(n, since_us, until_us, progress) for n in remote)
+                )
+            )
+
+        streams.update(zip((n.name for n in remote), asyncio.run(fetch()), strict=True))
+    for node in nodes:
+        if isinstance(node, FileNode):
+            streams[node.name] = read_dump(node.path, node.name)
+        elif isinstance(node, JournalNode):
+            from exporter.sources.journal import read_window  # needs systemd-python
+
+            streams[node.name] = read_window(
+                node.name, node.unit, since_us, until_us, directory=node.directory, files=node.files
+            )
+    return {n.name: streams[n.name] for n in nodes}
 
 
 def median_us(durations: Sequence[int]) -> int | None:

@@ -119,7 +119,14 @@ class JournalSource:
                 self.since_us,
             )
             return
-        reader.seek_cursor(cursor)
+        try:
+            reader.seek_cursor(cursor)
+        except (ValueError, OSError):  # not a journal cursor (the node changed its source?)
+            self._gap = True
+            log.warning("node %s: the saved position %r is not a journal cursor: reading %s "
+                        "from since", self.node, cursor[:80], self._where())
+            reader.seek_realtime(self.since_us)
+            return
         if reader._next() and reader.test_cursor(cursor):
             log.info(
                 "node %s: following %s, unit %s, after its saved cursor",
