@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BASE   := $(VENV)/.base
 # Debian packages the tests start for real; apt-installed when missing and run as root.
-DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote prometheus mtail
+DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail
 
 .PHONY: all venv deps test lint typecheck pytest run bench clean
 

@@ -72,6 +72,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("file", type=Path, metavar="FILE")
 
+    kh = sub.add_parser(
+        "known-hosts",
+        help="fetch and print SSH nodes' host keys with fingerprints, for review",
+        description="Connect to each named SSH node (all when none is named), fetch its host "
+        "key without trusting it, and print known_hosts lines with their SHA256 fingerprints. "
+        "Check each fingerprint out of band, then append the lines to the node's known_hosts.",
+    )
+    kh.add_argument("nodes", nargs="*", metavar="NODE")
+    kh.add_argument(
+        "--config",
+        type=Path,
+        default=config.DEFAULT_PATH,
+        metavar="FILE",
+        help=f"default: {config.DEFAULT_PATH}",
+    )
+
     dm = sub.add_parser(
         "demo",
         help="the daemon on three demo nodes (no sm-llm unit or SSH needed)",
@@ -145,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check_config(args.file)
     if args.command == "run":
         return _run(args.config)
+    if args.command == "known-hosts":
+        return _known_hosts(args.config, args.nodes)
     if args.command == "demo":
         directory = args.dir or Path(tempfile.mkdtemp(prefix="sm-llm-demo-"))
         asyncio.run(demo.run_demo(directory, args.listen))
@@ -170,6 +188,27 @@ def _progress(node: str, entries: int, reached_us: int | None) -> None:
     )
     sys.stderr.write(f"\r  {node}: {entries:,} entries{when}\x1b[K\n\x1b[1A")
     sys.stderr.flush()
+
+
+def _known_hosts(path: Path, names: list[str]) -> int:
+    cfg = _load(path)
+    if cfg is None:
+        return 1
+    ssh_nodes = [n for n in cfg.nodes if isinstance(n, config.SshNode)]
+    unknown = sorted(set(names) - {n.name for n in ssh_nodes})
+    if unknown:
+        log.error("not SSH nodes of %s: %s", path, ", ".join(unknown))
+        return 2
+    chosen = [n for n in ssh_nodes if not names or n.name in names]
+    from exporter.sources.ssh import host_keys
+
+    try:
+        lines = asyncio.run(host_keys([(n.name, n.host, n.port) for n in chosen]))
+    except (OSError, SourceError) as e:
+        log.error("%s", e)
+        return 1
+    print("\n".join(lines))
+    return 0
 
 
 def _check_config(path: Path) -> int:

@@ -123,8 +123,12 @@ class JournalSource:
             reader.seek_cursor(cursor)
         except (ValueError, OSError):  # not a journal cursor (the node changed its source?)
             self._gap = True
-            log.warning("node %s: the saved position %r is not a journal cursor: reading %s "
-                        "from since", self.node, cursor[:80], self._where())
+            log.warning(
+                "node %s: the saved position %r is not a journal cursor: reading %s from since",
+                self.node,
+                cursor[:80],
+                self._where(),
+            )
             reader.seek_realtime(self.since_us)
             return
         if reader._next() and reader.test_cursor(cursor):

@@ -292,7 +292,13 @@ async def host_keys(hosts: Sequence[tuple[str, str, int]]) -> list[str]:
     SHA256 fingerprint as a comment for the operator to check."""
     lines = []
     for name, host, port in hosts:
-        key = await asyncssh.get_server_host_key(host, port)
+        try:
+            key = await asyncssh.get_server_host_key(host, port)
+        except (asyncssh.Error, OSError) as e:
+            raise SourceError(
+                f"node {name}: {host}:{port}: cannot fetch its host key: "
+                f"{getattr(e, 'reason', None) or e}"
+            ) from None
         if key is None:
             lines.append(f"# {name}: {host}:{port} offered no host key")
             continue
