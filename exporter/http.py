@@ -71,6 +71,8 @@ class HttpServer:
             if method != b"HEAD":
                 writer.write(body)
             await writer.drain()
+        except asyncio.CancelledError:
+            pass  # shutting down: close quietly (3.11 logs a cancelled handler as an error)
         except (
             TimeoutError,
             asyncio.IncompleteReadError,

@@ -20,6 +20,7 @@ STOP_GRACE_US = 1_000_000
 # Anything longer than a week or bigger than a billion tokens is a garbled line, not a request.
 MAX_DURATION_US = 7 * 86_400 * 1_000_000
 MAX_TOKENS = 1_000_000_000
+MAX_STARTED = 4096  # launches remembered per node while their end has not come
 
 # Every line `Parser.feed` can use contains one of these; a source may skip the others unread.
 KEYWORDS = (
@@ -94,6 +95,7 @@ class Parser:
     block: _Block = field(default_factory=_Block)
     pending_stops: dict[tuple[int, int], int] = field(default_factory=dict)  # (slot, task) -> t
     last_timed: dict[int, int] = field(default_factory=dict)  # slot -> task of its last block
+    started: dict[tuple[int, int], int] = field(default_factory=dict)  # launched, not yet ended
 
     def feed(self, line: LogLine) -> list[Record]:
         """Parse one line; returns what it completes (often nothing)."""
@@ -153,6 +155,7 @@ class Parser:
             tokens = block.prompt_tokens + block.generated_tokens
         if slot is not None and task is not None:
             self.pending_stops.pop((slot, task), None)
+            self.started.pop((slot, task), None)
             self.last_timed[slot] = task
         return Interval(
             node=self.node,
@@ -220,10 +223,16 @@ class Parser:
     def _started(self, line: LogLine, slot: int, task: int, out: list[Record]) -> None:
         for key in [k for k in self.pending_stops if k[0] == slot]:
             out.append(self._cancel(key, self.pending_stops.pop(key)))
+        self.started[(slot, task)] = line.time_us
+        if len(self.started) > MAX_STARTED:  # launches whose end never came: forget the oldest
+            del self.started[next(iter(self.started))]
         out.append(Event(self.node, line.time_us, EventKind.STARTED, line.pid, slot, task))
 
     def _stopped(self, line: LogLine, slot: int, task: int) -> None:
-        if self.last_timed.get(slot) != task:  # a stop after its own timing block is no cancel
+        # A stop is a cancel only for a request whose launch was seen and whose timing block
+        # has not come (a stop after its own block, or of a request launched before the
+        # journal was read, is none).
+        if (slot, task) in self.started and self.last_timed.get(slot) != task:
             self.pending_stops[(slot, task)] = line.time_us
 
     def _expire(self, now_us: int, out: list[Record]) -> None:
@@ -233,6 +242,7 @@ class Parser:
                 out.append(self._cancel(key, t))
 
     def _cancel(self, key: tuple[int, int], t: int) -> Event:
+        self.started.pop(key, None)
         return Event(self.node, t, EventKind.CANCELLED, self.pid, key[0], key[1])
 
     def _restart(self, line: LogLine, out: list[Record]) -> None:
@@ -247,7 +257,7 @@ class Parser:
                 detail=f"llama-server PID {self.pid} -> {line.pid}",
             )
         )
-        self.block, self.pending_stops, self.last_timed = _Block(), {}, {}
+        self.block, self.pending_stops, self.last_timed, self.started = _Block(), {}, {}, {}
 
     def _error(self, line: LogLine, why: str) -> Event:
         return Event(
@@ -275,6 +285,7 @@ class Parser:
             ],
             "pending_stops": [[s, t, at] for (s, t), at in self.pending_stops.items()],
             "last_timed": [[s, t] for s, t in self.last_timed.items()],
+            "started": [[s, t, at] for (s, t), at in self.started.items()],
         }
 
     @classmethod
@@ -282,6 +293,7 @@ class Parser:
         p = cls(node, pid=int(state["pid"]), block=_Block(*state["block"]))
         p.pending_stops = {(int(s), int(t)): int(at) for s, t, at in state["pending_stops"]}
         p.last_timed = {int(s): int(t) for s, t in state["last_timed"]}
+        p.started = {(int(s), int(t)): int(at) for s, t, at in state.get("started", [])}
         return p
 
 

@@ -490,3 +490,18 @@ def test_state_round_trip_mid_block() -> None:
     assert resumed == p
     last = LogLine("n0", T0 + 20_000, "", 100, TOTAL_C)
     assert resumed.feed(last) == p.feed(last)
+
+
+def test_stop_of_a_request_launched_before_reading_began_is_no_cancel() -> None:
+    """The journal was read from `since`, between a request's timing block and its release."""
+    _, events = feed([(30, STOP.format(t=1)), (5000, "x")])
+    assert events == []
+
+
+def test_started_survives_a_checkpoint() -> None:
+    p = Parser("n0")
+    p.feed(LogLine("n0", T0, "", 100, START.format(t=1)))
+    resumed = Parser.from_state("n0", p.state())
+    resumed.feed(LogLine("n0", T0 + 10_000, "", 100, STOP.format(t=1)))
+    (ev,) = resumed.flush(T0 + 2_000_000)
+    assert isinstance(ev, Event) and (ev.kind, ev.task) == (EventKind.CANCELLED, 1)
