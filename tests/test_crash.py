@@ -1,0 +1,983 @@
+"""Crash safety: the daemon killed with SIGKILL at any moment and started again loses nothing,
+counts nothing twice and never serves a counter lower than before (DESIGN §4, "Counters survive
+restarts").
+
+The daemon runs as a real subprocess (`python -m exporter run --config FILE`) over real dump files
+and is killed with a real SIGKILL. Lines appended while it runs carry the time they are written
+at, as a live journal's do, so the live daemon sees them exactly as it would in production.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import heapq
+import http.client
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import report
+from exporter.accounting import SECOND
+from exporter.demo import DemoLine, short_iso
+from exporter.kinds import DEFAULT_RULES, Kinds
+from exporter.sources.dump import read_dump
+
+from conftest import Samples, free_port, parse_metrics, sample, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+MS = 1000  # microseconds
+
+# -- realistic journal lines -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one node's llama-server prints: era C (header + unprefixed lines, the stop line before
+    the block) or era D (every line prefixed, the stop line after the block), with or without the
+    2026-05 elapsed-time log prefix."""
+
+    era: str  # "C" or "D"
+    slots: int
+    log_prefix: bool = False
+
+
+STYLES = {
+    "node0": Style("D", slots=2),
+    "node1": Style("C", slots=1),
+    "node2": Style("D", slots=2, log_prefix=True),
+}
+
+
+@dataclass
+class Request:
+    slot: int
+    start_us: int
+    total_us: int  # a whole number of 10 us: the log gives milliseconds with two decimals
+    prompt: int
+    generated: int
+    cancelled: bool = False
+
+    @property
+    def end_us(self) -> int:
+        return self.start_us + self.total_us
+
+
+@dataclass
+class NodeLog:
+    """One node's journal lines in order, and the running state of its llama-server."""
+
+    node: str
+    style: Style
+    pid: int
+    task: int
+    boot_us: int  # for the elapsed-time prefix
+    lines: list[DemoLine] = field(default_factory=list)
+
+    def say(self, key: list[tuple[int, int, int, str]], t: int, seq: int, msg: str) -> None:
+        if self.style.log_prefix:
+            e = max(0, t - self.boot_us)
+            msg = (
+                f"{e // (60 * SECOND):02d}.{e // SECOND % 60:02d}.{e // MS % 1000:03d}."
+                f"{e % 1000:03d} I {msg}"
+            )
+        key.append((t, seq, len(key), msg))
+
+
+def plan(
+    rng: random.Random,
+    slots: int,
+    start_us: int,
+    end_us: int,
+    durations_ms: tuple[int, int],
+    gaps_ms: tuple[int, int],
+    long_share: float,
+) -> list[Request]:
+    """Each slot's requests back to back with gaps, every one ended before `end_us`."""
+    out: list[Request] = []
+    for slot in range(slots):
+        t = start_us + rng.randrange(gaps_ms[0], gaps_ms[1]) * MS
+        while True:
+            lo, hi = durations_ms
+            if rng.random() < long_share:  # extraction: long, 600+ tokens
+                total_us = rng.randrange((lo + hi) // 2 * 100, hi * 100) * 10
+                prompt, generated = rng.randrange(560, 940), rng.randrange(40, 120)
+            else:  # reconcile
+                total_us = rng.randrange(lo * 100, (lo + hi) // 2 * 100) * 10
+                prompt, generated = rng.randrange(120, 540), rng.randrange(3, 50)
+            if t + total_us + 10 * MS >= end_us:
+                break
+            out.append(Request(slot, t, total_us, prompt, generated, cancelled=rng.random() < 0.03))
+            t += total_us + rng.randrange(gaps_ms[0], gaps_ms[1]) * MS
+    out.sort(key=lambda r: r.start_us)
+    return out
+
+
+def emit(out: NodeLog, rng: random.Random, requests: list[Request]) -> None:
+    """The journal lines of `requests` (launch at the start, timing block and stop line at the
+    end, a few lines of noise), appended to `out.lines` in journal order."""
+    key: list[tuple[int, int, int, str]] = []
+    for seq, r in enumerate(requests):
+        out.task += 1 + rng.randrange(3)
+        task, slot = out.task, r.slot
+        ids = f"id  {slot} | task {task} |"
+        launch = r.start_us + rng.randrange(50, 900)  # logged just after the start
+        out.say(key, launch, seq, f"slot launch_slot_: {ids} processing task, is_child = 0")
+        out.say(
+            key,
+            launch + 120,
+            seq,
+            f"slot update_slots: {ids} new prompt, n_ctx_slot = 8192, n_keep = 0, "
+            f"n_prompt_tokens = {r.prompt}",
+        )
+        end = r.end_us
+        stop = (
+            f"slot      release: {ids} stop processing: n_past = {r.prompt + r.generated}, "
+            "truncated = 0"
+        )
+        if r.cancelled:
+            out.say(key, end, seq, stop)
+            out.say(key, end + 200, seq, "srv  outserver_r: request: POST /completion 499")
+            continue
+        total_ms = r.total_us / 1000
+        prompt_ms = round(total_ms * rng.uniform(0.15, 0.4), 2)
+        gen_ms = round(total_ms - prompt_ms, 2)
+        prompt_line = (
+            f"prompt eval time = {prompt_ms:10.2f} ms / {r.prompt:5d} tokens "
+            f"({prompt_ms / r.prompt:8.2f} ms per token, "
+            f"{1e3 / prompt_ms * r.prompt:8.2f} tokens per second)"
+        )
+        eval_line = (
+            f"       eval time = {gen_ms:10.2f} ms / {r.generated:5d} tokens "
+            f"({gen_ms / r.generated:8.2f} ms per token, "
+            f"{1e3 / gen_ms * r.generated:8.2f} tokens per second)"
+        )
+        total_line = f"      total time = {total_ms:10.2f} ms / {r.prompt + r.generated:5d} tokens"
+        if out.style.era == "C":
+            out.say(key, end, seq, stop)
+            out.say(key, end, seq, f"slot print_timing: {ids} ")
+            for text in (prompt_line, eval_line, total_line):
+                out.say(key, end, seq, text)
+        else:
+            for text in (prompt_line, eval_line, total_line):
+                out.say(key, end, seq, f"slot print_timing: {ids} {text}")
+            out.say(key, end, seq, f"slot print_timing: {ids}    graphs reused = {seq % 50}")
+            out.say(key, end + 30, seq, stop)
+        out.say(key, end + 200, seq, "srv  outserver_r: request: POST /completion 127.0.0.1 200")
+    key.sort()
+    out.lines.extend(DemoLine(t, out.pid, msg) for t, _, _, msg in key)
+
+
+GARBLED = "llama_perf_context_print:       total time =      nan ms /    12 tokens"
+
+
+def garble(nl: NodeLog, rng: random.Random, count: int) -> None:
+    """Slip in lines that look like timing lines but do not parse (parse errors, not requests),
+    each just before a launch line: between requests, never inside a timing block."""
+    launches = [i for i, x in enumerate(nl.lines) if "launch_slot_" in x.message]
+    for at in sorted(rng.sample(launches, count), reverse=True):
+        nl.lines.insert(at, DemoLine(nl.lines[at].time_us, nl.lines[at].pid, GARBLED))
+
+
+def make_backlog(seed: int, start_us: int, end_us: int) -> dict[str, NodeLog]:
+    """Every node's journal over [start_us, end_us): requests of 0.5-40 s (0.5-20 s on the
+    one-slot node), a few cancelled, a few garbled lines and, on node2, a llama-server restart
+    with a request in flight (aborted)."""
+    logs: dict[str, NodeLog] = {}
+    for node, style in STYLES.items():
+        rng = random.Random(f"{seed}:{node}:backlog")
+        nl = NodeLog(
+            node,
+            style,
+            pid=4000 + rng.randrange(1000),
+            task=rng.randrange(100, 900),
+            boot_us=start_us - 3600 * SECOND,
+        )
+        segments = [(start_us, end_us)]
+        if node == "node2":
+            mid = (start_us + end_us) // 2
+            segments = [(start_us, mid), (mid + 20 * SECOND, end_us)]
+        longest = 40_000 if style.slots > 1 else 20_000
+        for i, (lo, hi) in enumerate(segments):
+            if i:  # llama-server restarted with a request in flight; a new PID logs on
+                nl.task += 2
+                nl.lines.append(
+                    DemoLine(
+                        lo - 15 * SECOND,
+                        nl.pid,
+                        f"slot launch_slot_: id  0 | task {nl.task} | processing task",
+                    )
+                )
+                nl.pid += 1
+                nl.boot_us = lo - 5 * SECOND
+            emit(nl, rng, plan(rng, style.slots, lo, hi, (500, longest), (50, 2000), 0.4))
+        garble(nl, rng, 3)
+        logs[node] = nl
+    return logs
+
+
+def make_live(logs: Mapping[str, NodeLog], seed: int, start_us: int, end_us: int) -> None:
+    """Each node's lines over [start_us, end_us) after its backlog (same llama-server): short
+    requests (50-800 ms), in parallel on the two-slot nodes; replaces `lines`."""
+    for node, nl in logs.items():
+        rng = random.Random(f"{seed}:{node}:live")
+        nl.lines = []
+        emit(nl, rng, plan(rng, nl.style.slots, start_us, end_us, (50, 800), (20, 400), 0.4))
+        garble(nl, rng, 1)
+
+
+def dump_text(node: str, lines: list[DemoLine]) -> str:
+    return "".join(short_iso(node, line) + "\n" for line in lines)
+
+
+def iso(us: int) -> str:
+    return datetime.fromtimestamp(us // SECOND, UTC).isoformat()
+
+
+def now_us() -> int:
+    return int(time.time() * SECOND)
+
+
+# -- the daemon as a real process ---------------------------------------------------------------
+
+
+def get(url: str) -> tuple[int, str] | None:
+    """Status and body, or None when nothing answers (the daemon down, killed mid-answer)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return int(r.status), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return int(e.code), ""
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+class Daemon:
+    """`python -m exporter run --config FILE` over file nodes; started, killed, started again.
+
+    It listens on a port from `free_port` (kept across restarts, as Prometheus expects, and
+    replaced only when another process took it). Each run logs to its own file."""
+
+    def __init__(self, directory: Path, nodes: Mapping[str, Path], since: str) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.nodes = dict(nodes)
+        self.since = since
+        self.state_dir = directory / "state"
+        self.config = directory / "config.yaml"
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.serving: int | None = None  # the port, while a run is up and ready
+        self.logs: list[Path] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start a run and wait until it is ready; another port when this one is taken."""
+        for _ in range(5):
+            nodes = "\n".join(
+                f"  - {{name: {n}, source: file, path: '{p}'}}" for n, p in self.nodes.items()
+            )
+            self.config.write_text(
+                f'listen: "127.0.0.1:{self.port}"\nsince: "{self.since}"\n'
+                f"state_dir: '{self.state_dir}'\nnodes:\n{nodes}\n"
+            )
+            log_path = self.directory / f"run-{len(self.logs) + 1:02d}.log"
+            self.logs.append(log_path)
+            with log_path.open("wb") as err:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "exporter", "run", "--config", str(self.config)],
+                    cwd=REPO,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                )
+            if wait_for(self._ready_or_gone, 30, f"run {len(self.logs)} ready") == "ready":
+                self.serving = self.port
+                return
+            text = log_path.read_text()
+            if os.strerror(errno.EADDRINUSE).lower() not in text.lower():
+                pytest.fail(f"the daemon exited with {self.proc.returncode}:\n{text}")
+            self.port = free_port()  # a clash: someone took the port meanwhile
+        pytest.fail("no port the daemon could bind after 5 tries")
+
+    def _ready_or_gone(self) -> str | None:
+        """`ready` once this run answers /-/ready (and its log says it bound the port: no other
+        process that took the port meanwhile answered), `gone` if it exited."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            return "gone"
+        if f"serving /metrics on 127.0.0.1:{self.port}\n" not in self.logs[-1].read_text():
+            return None
+        answer = get(self.url + "/-/ready")
+        return "ready" if answer is not None and answer[0] == 200 else None
+
+    def scrape(self) -> str:
+        answer = get(self.url + "/metrics")
+        assert answer is not None and answer[0] == 200, f"/metrics: {answer}"
+        return answer[1]
+
+    def metrics(self) -> Samples:
+        return parse_metrics(self.scrape())
+
+    def kill(self) -> None:
+        """SIGKILL, as the OOM killer or a power cut would."""
+        assert self.proc is not None
+        self.serving = None
+        self.proc.send_signal(signal.SIGKILL)
+        rc = self.proc.wait(10)
+        assert rc == -signal.SIGKILL, f"run {len(self.logs)} ended with {rc} before the kill"
+
+    def stop(self) -> str:
+        """SIGTERM: a clean stop; returns the run's log."""
+        assert self.proc is not None
+        self.serving = None
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(15)
+        text = self.logs[-1].read_text()
+        assert rc == 0 and "stopping" in text and "Traceback" not in text, text
+        return text
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def checkpoint(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.state_dir / "checkpoint.json").read_bytes())
+        return data
+
+
+# -- what must never go down ----------------------------------------------------------------------
+
+# Gauges that must not go back either: the watermark, and each node's newest request end.
+NEVER_BACK_GAUGES = frozenset(
+    {"smllm_accounted_until_timestamp_seconds", "smllm_node_last_request_end_timestamp_seconds"}
+)
+
+Key = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def never_back(text: str) -> dict[Key, float]:
+    """Every sample that must never be served lower than before: the exporter's counters
+    (histograms' _bucket, _count and _sum included) and the gauges above. The process_* counters
+    belong to the process and start again with it."""
+    out: dict[Key, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name.startswith("smllm_") and (
+            fam.type in ("counter", "histogram") or fam.name in NEVER_BACK_GAUGES
+        ):
+            for s in fam.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+class Monotonic:
+    """The highest value of every never-back sample seen so far, across runs; thread-safe."""
+
+    def __init__(self) -> None:
+        self.highest: dict[Key, float] = {}
+        self.violations: list[str] = []
+        self.scrapes = 0
+        self.runs_seen: set[int] = set()
+        self._lock = threading.Lock()
+
+    def check(self, text: str, run: int) -> None:
+        values = never_back(text)
+        with self._lock:
+            self.scrapes += 1
+            self.runs_seen.add(run)
+            for key, value in values.items():
+                before = self.highest.get(key)
+                if before is not None and value < before:
+                    self.violations.append(f"run {run}: {key} went from {before} to {value}")
+                else:
+                    self.highest[key] = value
+
+
+class Scraper(threading.Thread):
+    """Polls /metrics every 50 ms whenever the daemon is up, as a very eager Prometheus."""
+
+    def __init__(self, daemon: Daemon, monotonic: Monotonic) -> None:
+        super().__init__(name="scraper", daemon=True)
+        self.daemon_ = daemon
+        self.monotonic = monotonic
+        self.halt = threading.Event()
+        self.errors: list[BaseException] = []
+
+    def run(self) -> None:
+        try:
+            while not self.halt.wait(0.05):
+                port, run = self.daemon_.serving, len(self.daemon_.logs)
+                if port is None:
+                    continue
+                answer = get(f"http://127.0.0.1:{port}/metrics")
+                if answer is not None and answer[0] == 200:
+                    self.monotonic.check(answer[1], run)
+        except BaseException as e:  # seen by the test, not lost in a thread
+            self.errors.append(e)
+            raise
+
+
+class Writer(threading.Thread):
+    """Appends each line when its journal time has come, as a live llama-server's journal grows."""
+
+    def __init__(self, paths: Mapping[str, Path], logs: Mapping[str, NodeLog]) -> None:
+        super().__init__(name="writer", daemon=True)
+        self.paths = paths
+        self.queue = list(
+            heapq.merge(
+                *([(x.time_us, n, x) for x in nl.lines] for n, nl in logs.items()),
+                key=lambda item: item[0],
+            )
+        )
+        self.halt = threading.Event()
+        self.written = 0
+        self.worst_delay_us = 0  # how long after its journal time a line was written, at worst
+        self.errors: list[BaseException] = []
+
+    @property
+    def last_us(self) -> int:
+        return self.queue[-1][0]
+
+    def run(self) -> None:
+        files: dict[str, IO[str]] = {}
+        try:
+            files = {n: p.open("a", encoding="utf-8") for n, p in self.paths.items()}
+            i = 0
+            while i < len(self.queue) and not self.halt.is_set():
+                now = now_us()
+                due: dict[str, list[str]] = {}
+                while i < len(self.queue) and self.queue[i][0] <= now:
+                    t, node, line = self.queue[i]
+                    due.setdefault(node, []).append(short_iso(node, line) + "\n")
+                    self.worst_delay_us = max(self.worst_delay_us, now - t)
+                    i += 1
+                for node, texts in due.items():
+                    files[node].write("".join(texts))
+                    files[node].flush()
+                self.written = i
+                if i < len(self.queue):
+                    self.halt.wait(min(0.05, max(0.0, (self.queue[i][0] - now_us()) / SECOND)))
+        except BaseException as e:
+            self.errors.append(e)
+            raise
+        finally:
+            for f in files.values():
+                f.close()
+
+
+# -- reading /metrics --------------------------------------------------------------------------
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of `name` over every series whose labels include `labels`."""
+    return sum(
+        v
+        for (n, lbl), v in samples.items()
+        if n == name and all(dict(lbl).get(k) == x for k, x in labels.items())
+    )
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    v = sample(samples, name, **labels)
+    assert v is not None, f"{name}{labels} is not served"
+    return v
+
+
+def entries(samples: Samples, nodes: Iterable[str]) -> dict[str, int]:
+    return {n: int(value(samples, "smllm_source_entries_total", node=n)) for n in nodes}
+
+
+def watermark_us(samples: Samples) -> int:
+    return round(value(samples, "smllm_accounted_until_timestamp_seconds") * SECOND)
+
+
+def settled(d: Daemon, lines: Mapping[str, int], last_us: int) -> Samples | None:
+    """Every line read, nothing in flight and the watermark past the last line, as served."""
+    samples = d.metrics()
+    done = (
+        entries(samples, lines) == dict(lines)
+        and all(value(samples, "smllm_node_requests_in_flight", node=n) == 0 for n in lines)
+        and watermark_us(samples) > last_us
+    )
+    return samples if done else None
+
+
+def checkpoint_or_due(d: Daemon, nodes: Iterable[str], entries_before: int, due: float) -> str:
+    """ "a checkpoint" once one with more entries read than `entries_before` is served, "ready"
+    once the monotonic clock reaches `due` (the kill point drawn after ready), else ""."""
+    if sum(entries(d.metrics(), nodes).values()) > entries_before:
+        return "a checkpoint"
+    return "ready" if time.monotonic() >= due else ""
+
+
+def count_lines(paths: Mapping[str, Path]) -> dict[str, int]:
+    return {n: p.read_bytes().count(b"\n") for n, p in paths.items()}
+
+
+# -- 1. SIGKILL at many points while a large dump is read and lines keep coming ---------------
+
+BACKLOG_HOURS = 32  # ~90k lines on the two-slot nodes, ~70k on the other
+LIVE_SECONDS = 25
+MIN_KILLS = 12
+
+
+@dataclass(frozen=True)
+class Kill:
+    run: int
+    after: str  # "ready" or, in the backlog, "a checkpoint" when one came first
+    delay_s: float  # random, after that
+    left: dict[str, int]  # entries the checkpoint held: what the next run served first
+    phase: str  # "backlog" while some node's checkpointed entries were below its backlog
+
+
+@pytest.mark.slow
+def test_sigkill_at_many_points(tmp_path: Path) -> None:
+    seed = int(os.environ.get("SMLLM_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
+    print(f"kill points: seed {seed} (SMLLM_CRASH_SEED={seed} repeats them)")
+    rng = random.Random(seed)
+    end = now_us() - SECOND
+    start = (end - BACKLOG_HOURS * 3600 * SECOND) // SECOND * SECOND
+    logs = make_backlog(seed, start, end)
+    paths = {n: tmp_path / f"{n}.log" for n in logs}
+    for n, nl in logs.items():
+        paths[n].write_text(dump_text(n, nl.lines))
+    backlog_lines = {n: len(nl.lines) for n, nl in logs.items()}
+    live_start = now_us() + SECOND // 2
+    make_live(logs, seed, live_start, live_start + LIVE_SECONDS * SECOND)
+    expected_lines = {n: backlog_lines[n] + len(nl.lines) for n, nl in logs.items()}
+    print(f"backlog {backlog_lines} lines since {iso(start)}; live {expected_lines} in all")
+
+    writer = Writer(paths, logs)
+    d = Daemon(tmp_path / "crashing", paths, iso(start))
+    monotonic = Monotonic()
+    scraper = Scraper(d, monotonic)
+    kills: list[Kill] = []
+    began = time.monotonic()
+    try:
+        writer.start()
+        scraper.start()
+        killed: tuple[int, str, float, int] | None = None  # run, after, delay, entries at start
+        stalled = 0  # runs in a row killed in the backlog before they checkpointed anything
+        while True:
+            assert time.monotonic() - began < LIVE_SECONDS + 90, f"kill loop too slow: {kills}"
+            d.start()
+            run = len(d.logs)
+            first = d.scrape()  # what the last kill left: the checkpoint, restored
+            monotonic.check(first, run)
+            left = entries(parse_metrics(first), paths)
+            behind = any(left[n] < backlog_lines[n] for n in paths)
+            if killed is not None:
+                kills.append(Kill(*killed[:3], left, "backlog" if behind else "live"))
+                stalled = stalled + 1 if behind and sum(left.values()) == killed[3] else 0
+            if not writer.is_alive() and len(kills) >= MIN_KILLS:
+                break  # every line is written: this run is the last, left to catch up
+            delay = round(rng.uniform(0.1, 2.0), 3)
+            after = "ready"
+            if behind:
+                # In the backlog, the kill comes at its random moment, or a little after the
+                # run's first checkpoint if that comes first, so that each run leaves some of
+                # the backlog to the next; after two runs in a row without progress, only then.
+                due = time.monotonic() + (math.inf if stalled >= 2 else delay)
+                after = wait_for(
+                    functools.partial(checkpoint_or_due, d, paths, sum(left.values()), due),
+                    delay + 30,
+                    f"run {run}: a checkpoint or the kill point",
+                )
+                if after == "a checkpoint":
+                    delay = round(rng.uniform(0.1, 0.5), 3)
+                    time.sleep(delay)
+            else:
+                time.sleep(delay)  # the kill point: a random moment, not a wait for a condition
+            d.kill()
+            killed = (run, after, delay, sum(left.values()))
+        writer.join(10)
+        assert not writer.is_alive() and not writer.errors, writer.errors
+        assert count_lines(paths) == expected_lines
+        final = wait_for(
+            lambda: settled(d, expected_lines, writer.last_us), 60, "the last run caught up"
+        )
+        monotonic.check(d.scrape(), len(d.logs))
+        d.stop()
+    finally:
+        writer.halt.set()
+        scraper.halt.set()
+        d.close()
+    scraper.join(10)
+    crash_s = time.monotonic() - began
+    for k in kills:
+        print(
+            f"  run {k.run:2d} killed {k.delay_s:5.3f} s after {k.after}; left {k.phase}: {k.left}"
+        )
+    print(
+        f"{len(kills)} kills, {monotonic.scrapes} scrapes over {len(monotonic.runs_seen)} runs, "
+        f"writer at worst {writer.worst_delay_us / SECOND:.3f} s behind, {crash_s:.1f} s"
+    )
+
+    # what was served never went back, across every kill and restart
+    assert not scraper.errors, scraper.errors
+    assert not monotonic.violations, "\n".join(monotonic.violations[:20])
+    assert len(monotonic.runs_seen) == len(d.logs), "a run was never scraped"
+    # kill points: during the backlog (some after a checkpoint inside it) and during the live tail
+    backlog_kills = [k for k in kills if k.phase == "backlog"]
+    assert len(kills) >= MIN_KILLS
+    assert len(backlog_kills) >= 3, kills
+    assert any(sum(k.left.values()) > 0 for k in backlog_kills), kills
+    assert sum(k.phase == "live" for k in kills) >= 3, kills
+    for path in d.logs:
+        text = path.read_text()
+        assert "Traceback" not in text and "starting every node from since=" not in text, text
+        assert "not the file of the saved position" not in text, text
+    # lines were written when their time came: nothing the live daemon read could be late
+    assert writer.worst_delay_us < SECOND, "the writer fell behind: lines would come late"
+
+    for n in paths:
+        for name in (
+            "smllm_late_intervals_total",
+            "smllm_source_gaps_total",
+            "smllm_source_reconnects_total",
+        ):
+            assert value(final, name, node=n) == 0, (name, n)
+    assert value(final, "smllm_checkpoint_errors_total") == 0
+
+    # the same files counted from scratch, over [since, the served watermark]
+    mismatches = against_report(final, paths, start)
+    assert not mismatches, "\n".join(mismatches)
+
+    # and a fresh daemon over the same files, with an empty state_dir
+    fresh = Daemon(tmp_path / "fresh", paths, iso(start))
+    try:
+        fresh.start()
+        again = wait_for(
+            lambda: settled(fresh, expected_lines, writer.last_us), 60, "the fresh run caught up"
+        )
+        fresh.stop()
+    finally:
+        fresh.close()
+    mismatches = against_fresh(final, again)
+    assert not mismatches, "\n".join(mismatches)
+    assert total(again, "smllm_late_intervals_total") == 0
+    assert total(again, "smllm_requests_cancelled_total") > 0
+    assert total(again, "smllm_parse_errors_total") == 4 * len(paths)
+    assert value(again, "smllm_requests_aborted_total", node="node2") == 1
+
+
+def against_report(samples: Samples, paths: Mapping[str, Path], since_us: int) -> list[str]:
+    """Where the served figures differ from `report.build` over the same files."""
+    kinds = Kinds(DEFAULT_RULES)
+    until = watermark_us(samples)
+    r = report.build({n: read_dump(p, n) for n, p in paths.items()}, kinds, since_us, until)
+    snap = r.snapshot
+    bad: list[str] = []
+
+    def same(what: str, served: float | None, want: float, exact: bool = False) -> None:
+        ok = served is not None and (served == want if exact else abs(served - want) <= 1e-6)
+        if not ok:
+            bad.append(f"{what}: served {served}, from scratch {want}")
+
+    for n in snap.nodes:
+        node = n.name
+        for kind, c in n.kinds.items():
+            lbl = {"node": node, "kind": kind}
+            for name, attr in (
+                ("smllm_requests_total", "requests"),
+                ("smllm_tokens_total", "tokens"),
+                ("smllm_prompt_tokens_total", "prompt_tokens"),
+                ("smllm_generated_tokens_total", "generated_tokens"),
+            ):
+                same(f"{name}{lbl}", sample(samples, name, **lbl), getattr(c, attr), True)
+            for name, attr in (
+                ("smllm_request_seconds_total", "request_us"),
+                ("smllm_prompt_seconds_total", "prompt_us"),
+                ("smllm_generation_seconds_total", "generation_us"),
+            ):
+                same(f"{name}{lbl}", sample(samples, name, **lbl), getattr(c, attr) / SECOND)
+            hist = "smllm_request_duration_seconds"
+            same(f"{hist}_count{lbl}", sample(samples, hist + "_count", **lbl), c.requests, True)
+            same(f"{hist}_sum{lbl}", sample(samples, hist + "_sum", **lbl), c.request_us / SECOND)
+            cumulative = 0
+            for b_us, count in zip([*snap.buckets_us, None], c.buckets, strict=True):
+                cumulative += count
+                le = "+Inf" if b_us is None else repr(b_us / SECOND)
+                got = sample(samples, hist + "_bucket", **lbl, le=le)
+                same(f"{hist}_bucket{lbl} le={le}", got, cumulative, True)
+        same(
+            f"smllm_node_busy_seconds_total{{node={node}}}",
+            sample(samples, "smllm_node_busy_seconds_total", node=node),
+            n.busy_us / SECOND,
+        )
+        for name, attr in (
+            ("smllm_requests_cancelled_total", "cancelled"),
+            ("smllm_parse_errors_total", "parse_errors"),
+            ("smllm_requests_aborted_total", "aborted"),
+            ("smllm_server_restarts_total", "restarts"),
+        ):
+            same(f"{name}{{node={node}}}", sample(samples, name, node=node), getattr(n, attr), True)
+        assert n.last_end_us is not None
+        same(
+            f"last request end {node}",
+            sample(samples, "smllm_node_last_request_end_timestamp_seconds", node=node),
+            n.last_end_us / SECOND,
+        )
+    for k, v in enumerate(snap.concurrency_us):
+        got = sample(samples, "smllm_concurrency_seconds_total", nodes_busy=str(k))
+        same(f"smllm_concurrency_seconds_total{{nodes_busy={k}}}", got, v / SECOND)
+    for mix, v in snap.mix_us.items():
+        got = sample(samples, "smllm_mix_seconds_total", mix=mix)
+        same(f"smllm_mix_seconds_total{{mix={mix}}}", got, v / SECOND)
+    if not bad:  # the comparison compared something
+        assert sum(c.requests for n in snap.nodes for c in n.kinds.values()) > 20_000
+    return bad
+
+
+# Counters a fresh run over the same files must serve exactly as the crashed-and-restarted one.
+FRESH_EQUAL = (
+    "smllm_requests_total",
+    "smllm_tokens_total",
+    "smllm_prompt_tokens_total",
+    "smllm_generated_tokens_total",
+    "smllm_request_seconds_total",
+    "smllm_prompt_seconds_total",
+    "smllm_generation_seconds_total",
+    "smllm_request_duration_seconds_bucket",
+    "smllm_request_duration_seconds_count",
+    "smllm_request_duration_seconds_sum",
+    "smllm_requests_cancelled_total",
+    "smllm_parse_errors_total",
+    "smllm_late_intervals_total",
+    "smllm_requests_aborted_total",
+    "smllm_server_restarts_total",
+    "smllm_source_entries_total",
+    "smllm_node_busy_seconds_total",
+    "smllm_node_last_request_end_timestamp_seconds",
+)
+
+
+def against_fresh(crashed: Samples, fresh: Samples) -> list[str]:
+    """Where the two runs differ. Both watermarks are past every request, so busy seconds, and
+    the seconds with 1..N nodes busy or some kind running, are final in both (only the idle
+    seconds differ: the watermarks differ)."""
+    bad: list[str] = []
+    keys = {
+        key
+        for key in crashed.keys() | fresh.keys()
+        if key[0] in FRESH_EQUAL
+        or (key[0] == "smllm_concurrency_seconds_total" and key[1] != (("nodes_busy", "0"),))
+        or (key[0] == "smllm_mix_seconds_total" and key[1] != (("mix", "idle"),))
+    }
+    for key in sorted(keys):
+        a, b = crashed.get(key), fresh.get(key)
+        if a is None or b is None or abs(a - b) > 1e-6:
+            bad.append(f"{key}: after the kills {a}, fresh {b}")
+    return bad
+
+
+# -- 2. a kill inside a multi-line era C block ---------------------------------------------------
+
+
+def wait_until(t_us: int) -> None:
+    """Until the clock reaches a line's journal time (bounded: the times are seconds away)."""
+    wait_for(lambda: now_us() >= t_us, (t_us - now_us()) / SECOND + 5, "the line's time")
+
+
+def append(path: Path, node: str, pid: int, lines: list[tuple[int, str]]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(dump_text(node, [DemoLine(t, pid, msg) for t, msg in lines]))
+
+
+def test_kill_inside_an_era_c_block(tmp_path: Path) -> None:
+    node, pid, path = "node1", 4242, tmp_path / "node1.log"
+    prompt_ms, prompt_tokens, gen_ms, generated, total_ms = 523.16, 1098, 2476.64, 31, 3000.02
+    launch = now_us()
+    start_us = launch - 400  # the launch line is logged just after the start
+    end_us = start_us + round(total_ms * 1000)
+    ids = "id  0 | task 36 |"
+    append(path, node, pid, [(launch, f"slot launch_slot_: {ids} processing task")])
+    d = Daemon(tmp_path / "daemon", {node: path}, iso(launch - 60 * SECOND))
+    try:
+        d.start()
+        wait_for(
+            lambda: value(d.metrics(), "smllm_node_requests_in_flight", node=node) == 1,
+            10,
+            "the request in flight",
+        )
+        wait_until(end_us)  # the block comes when the request ends; the kill catches half of it
+        append(
+            path,
+            node,
+            pid,
+            [
+                (end_us, f"slot      release: {ids} stop processing: n_past = 1129, truncated = 0"),
+                (end_us, f"slot print_timing: {ids} "),
+                (
+                    end_us,
+                    f"prompt eval time = {prompt_ms:10.2f} ms / {prompt_tokens:5d} tokens "
+                    "(    0.48 ms per token,  2098.82 tokens per second)",
+                ),
+            ],
+        )
+        size = path.stat().st_size
+        wait_for(
+            lambda: entries(d.metrics(), [node]) == {node: 4}, 10, "the half block checkpointed"
+        )
+        d.kill()
+        # the checkpoint the next run starts from holds the half block, read up to its end
+        saved = d.checkpoint()
+        assert saved["positions"][node].endswith(f":{size}")
+        assert saved["parsers"][node]["block"] == [0, 36, round(prompt_ms * 1000), 1098, None, None]
+        assert saved["parsers"][node]["pending_stops"] == [[0, 36, end_us]], (
+            "the stop line was decided as a cancel before the kill: the machine is too slow "
+            "for this test's timing"
+        )
+        append(
+            path,
+            node,
+            pid,
+            [
+                (
+                    end_us,
+                    f"       eval time = {gen_ms:10.2f} ms / {generated:5d} tokens "
+                    "(   79.89 ms per token,    12.52 tokens per second)",
+                ),
+                (
+                    end_us,
+                    f"      total time = {total_ms:10.2f} ms / {prompt_tokens + generated:5d} tokens",
+                ),
+                (end_us + 200, "srv  log_server_r: request: POST /completion 127.0.0.1 200"),
+            ],
+        )
+        d.start()
+        samples = wait_for(
+            lambda: settled(d, {node: 7}, end_us + 200), 15, "the rest of the block counted"
+        )
+        log_text = d.stop()
+    finally:
+        d.close()
+    assert f"following {path} from byte {size}" in log_text
+    lbl = {"node": node, "kind": "extraction"}
+    assert total(samples, "smllm_requests_total") == 1
+    assert value(samples, "smllm_requests_total", **lbl) == 1
+    assert value(samples, "smllm_prompt_tokens_total", **lbl) == prompt_tokens
+    assert value(samples, "smllm_prompt_seconds_total", **lbl) == pytest.approx(prompt_ms / 1000)
+    assert value(samples, "smllm_generated_tokens_total", **lbl) == generated
+    assert value(samples, "smllm_generation_seconds_total", **lbl) == pytest.approx(gen_ms / 1000)
+    assert value(samples, "smllm_tokens_total", **lbl) == prompt_tokens + generated
+    assert value(samples, "smllm_request_seconds_total", **lbl) == pytest.approx(total_ms / 1000)
+    assert value(samples, "smllm_node_busy_seconds_total", node=node) == pytest.approx(
+        total_ms / 1000, abs=1e-6
+    )
+    for name in (
+        "smllm_requests_cancelled_total",
+        "smllm_parse_errors_total",
+        "smllm_late_intervals_total",
+        "smllm_requests_aborted_total",
+    ):
+        assert value(samples, name, node=node) == 0, name
+
+
+# -- 3. a kill while a request is in flight ---------------------------------------------------------
+
+
+def test_kill_while_a_request_is_in_flight(tmp_path: Path) -> None:
+    node, pid, path = "node0", 5151, tmp_path / "node0.log"
+    launch = now_us()
+    start_us = launch - 400
+    ids = "id  1 | task 22576 |"
+    append(path, node, pid, [(launch, f"slot launch_slot_: {ids} processing task, is_child = 0")])
+    d = Daemon(tmp_path / "daemon", {node: path}, iso(launch - 60 * SECOND))
+    try:
+        d.start()
+
+        def in_flight() -> Samples | None:
+            s = d.metrics()
+            return s if value(s, "smllm_node_requests_in_flight", node=node) == 1 else None
+
+        before = wait_for(in_flight, 10, "the request in flight served")
+        oldest = value(before, "smllm_node_oldest_in_flight_start_timestamp_seconds", node=node)
+        assert oldest == pytest.approx(launch / SECOND, abs=1e-6)
+        d.kill()
+        d.start()
+        after = d.metrics()  # the first thing served after the restart
+        assert value(after, "smllm_node_requests_in_flight", node=node) == 1
+        assert value(after, "smllm_node_busy", node=node) == 1
+        assert value(after, "smllm_nodes_busy") == 1
+        assert (
+            value(after, "smllm_node_oldest_in_flight_start_timestamp_seconds", node=node) == oldest
+        )
+        assert total(after, "smllm_requests_total") == 0
+        # the request ends now: its timing block (era D) and stop line
+        end_us = now_us() + 300_000
+        total_us = (end_us - start_us) // 10 * 10
+        end_us = start_us + total_us
+        wait_until(end_us)
+        total_ms = total_us / 1000
+        prompt_ms = round(total_ms / 4, 2)
+        gen_ms = round(total_ms - prompt_ms, 2)
+        append(
+            path,
+            node,
+            pid,
+            [
+                (
+                    end_us,
+                    f"slot print_timing: {ids} prompt eval time = {prompt_ms:10.2f} ms /  2400 tokens (    0.10 ms per token, 10000.00 tokens per second)",
+                ),
+                (
+                    end_us,
+                    f"slot print_timing: {ids}        eval time = {gen_ms:10.2f} ms /    30 tokens (   30.00 ms per token,    33.33 tokens per second)",
+                ),
+                (
+                    end_us,
+                    f"slot print_timing: {ids}       total time = {total_ms:10.2f} ms /  2430 tokens",
+                ),
+                (
+                    end_us + 30,
+                    f"slot      release: {ids} stop processing: n_tokens = 2430, truncated = 0",
+                ),
+            ],
+        )
+        samples = wait_for(
+            lambda: settled(d, {node: 5}, end_us + 30), 15, "the request counted and accounted"
+        )
+        d.stop()
+    finally:
+        d.close()
+    lbl = {"node": node, "kind": "extraction"}
+    assert value(samples, "smllm_requests_total", **lbl) == 1
+    assert total(samples, "smllm_requests_total") == 1
+    assert value(samples, "smllm_tokens_total", **lbl) == 2430
+    assert value(samples, "smllm_request_seconds_total", **lbl) == pytest.approx(total_ms / 1000)
+    assert value(samples, "smllm_node_busy_seconds_total", node=node) == pytest.approx(
+        total_us / SECOND, abs=1e-6
+    )
+    assert value(samples, "smllm_node_busy", node=node) == 0
+    assert sample(samples, "smllm_node_oldest_in_flight_start_timestamp_seconds", node=node) is None
+    assert value(
+        samples, "smllm_node_last_request_end_timestamp_seconds", node=node
+    ) == pytest.approx(end_us / SECOND, abs=1e-6)
+    for name in (
+        "smllm_requests_cancelled_total",
+        "smllm_late_intervals_total",
+        "smllm_requests_aborted_total",
+        "smllm_parse_errors_total",
+    ):
+        assert value(samples, name, node=node) == 0, name
