@@ -276,7 +276,8 @@ class _Checker:
         try:
             return kind(d[key])
         except (TypeError, ValueError) as e:
-            self.problem(sub, f"{what}, got {_show(d[key])}" + (f" ({e})" if str(e) else ""))
+            shown = "" if key == "password_env" else f", got {_show(d[key])}"  # a pasted secret?
+            self.problem(sub, f"{what}{shown}" + (f" ({e})" if str(e) else ""))
             return default
 
     def config(self, data: Any) -> Config:

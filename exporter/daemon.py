@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+import random
 import signal
 import time
 from collections.abc import Callable
@@ -102,6 +103,7 @@ class Daemon:
         )  # where a node without position starts
         self._served: Snapshot = self.acc.snapshot()  # the last checkpointed snapshot
         self._failing = False
+        self._rng = random.Random()
         self.address: tuple[str, int] | None = None
         self.turns = 0  # ingest loop turns: the heartbeat
         self._started: set[str] = set()
@@ -164,11 +166,14 @@ class Daemon:
     # -- sources ----------------------------------------------------------------------------
 
     async def _follow(self, node: NodeConfig, queue: asyncio.Queue[Batch]) -> None:
-        """Keep one node's source running; its failures stay here."""
+        """Keep one node's source running; its failures stay here. Retries back off
+        exponentially (capped, with jitter), and start short again after a good run."""
+        loop = asyncio.get_running_loop()
         delay = RETRY_FIRST_S
         first = True
         while True:
             self._started.add(node.name)
+            began = loop.time()
             try:
                 source = self.source_factory(
                     node, self.node_since[node.name], self.positions[node.name]
@@ -182,9 +187,12 @@ class Daemon:
                 raise
             except Exception as e:  # a failing source never takes the others down
                 error = str(e) or type(e).__name__
-            log.error("node %s: %s; trying again in %.0f s", node.name, error, delay)
+            if loop.time() - began >= RETRY_MAX_S:
+                delay = RETRY_FIRST_S
+            prefix = f"node {node.name}: "
+            log.error("%s%s; trying again in %.0f s", prefix, error.removeprefix(prefix), delay)
             await queue.put(Batch(node.name, up=False, error=error))
-            await asyncio.sleep(delay)
+            await asyncio.sleep(delay * self._rng.uniform(0.8, 1.2))
             delay = min(delay * 2, RETRY_MAX_S)
 
     # -- ingest -----------------------------------------------------------------------------

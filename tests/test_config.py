@@ -442,8 +442,9 @@ SSH_VALUES: list[tuple[str, str, str]] = [
     ("keepalive_interval", "false", "must be positive seconds, got False"),
     ("verify_host_key", "'yes'", "must be true or false, got 'yes'"),
     ("verify_host_key", "0", "must be true or false, got 0"),
-    ("password_env", "1PW", "must be an environment variable name, got '1PW'"),
-    ("password_env", "'NODE PW'", "must be an environment variable name, got 'NODE PW'"),
+    # never echoed: a password pasted here by mistake must not reach the log
+    ("password_env", "1PW", "must be an environment variable name"),
+    ("password_env", "'NODE PW'", "must be an environment variable name"),
     ("user", "''", "must be a user name, got ''"),
     ("client_keys", "/id_ed25519", "must be a list of paths, got '/id_ed25519'"),
     ("known_hosts", "[/a]", "must be a path, got ['/a']"),

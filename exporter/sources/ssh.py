@@ -206,9 +206,10 @@ class SshSource:
         return ""
 
     def _start_args(self) -> list[str]:
+        # --no-tail: without it --follow shows only the last 10 entries after the cursor
         if self.cursor:
-            return ["--after-cursor", self.cursor, "--follow"]
-        return ["--since", f"@{self.since_us // 1_000_000}", "--follow"]
+            return ["--after-cursor", self.cursor, "--follow", "--no-tail"]
+        return ["--since", f"@{self.since_us // 1_000_000}", "--follow", "--no-tail"]
 
     async def _stream(
         self,
@@ -256,7 +257,7 @@ class SshSource:
             except DumpLineError as e:
                 errors.append(f"node {self.node.name}: remote journalctl: {e}: {raw[:200]!r}")
                 continue
-            if line is not None:
+            if line is not None and line.time_us >= self.since_us:  # --since has whole seconds
                 lines.append(line)
         last_time = None
         for raw in last_lines(whole):
