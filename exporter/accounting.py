@@ -21,22 +21,8 @@ from exporter.logline import Event, EventKind, Interval, Record
 SECOND = 1_000_000
 START_MARGIN_US = SECOND  # a launch line is logged up to ~1 ms after end - duration
 CAUGHT_UP_SLACK_US = 2 * SECOND  # node clocks and poll/SSH delays
-DEFAULT_BUCKETS_S = (
-    1.0,
-    2.0,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    45.0,
-    60.0,
-    90.0,
-    120.0,
-    180.0,
-    300.0,
-    600.0,
-)
+# seconds: the seed's 2-15 s reconcile and 20-60 s extraction calls, up to max_request_seconds
+DEFAULT_BUCKETS_S = tuple(map(float, (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)))
 
 
 @dataclass(slots=True)

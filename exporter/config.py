@@ -12,26 +12,11 @@ from typing import Any
 
 import yaml
 
+from exporter.accounting import DEFAULT_BUCKETS_S
 from exporter.kinds import DEFAULT_RULES, KindRule, Kinds
 from exporter.sources.dump import parse_time_us
 
 DEFAULT_PATH = Path("/etc/sm-llm-exporter/config.yaml")
-DEFAULT_BUCKETS = (
-    1.0,
-    2.0,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    45.0,
-    60.0,
-    90.0,
-    120.0,
-    180.0,
-    300.0,
-    600.0,
-)
 # systemd.unit(5): ASCII letters, digits, ":", "-", "_", ".", "\" and one "@"; at most 255 bytes
 _UNIT = re.compile(
     r"[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.(service|socket|target|scope|"
@@ -98,7 +83,7 @@ class Config:
     max_request_seconds: int = 600
     stall_seconds: int = 300
     since: str = "now"
-    duration_buckets: tuple[float, ...] = DEFAULT_BUCKETS
+    duration_buckets: tuple[float, ...] = DEFAULT_BUCKETS_S
     kinds: Kinds = field(default_factory=lambda: Kinds(DEFAULT_RULES))
     nodes: tuple[NodeConfig, ...] = ()
 

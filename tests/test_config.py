@@ -21,13 +21,13 @@ import pytest
 import yaml
 
 from exporter import daemon
+from exporter.accounting import DEFAULT_BUCKETS_S
 from exporter.cli import main
 from exporter.config import (
     _KIND_KEYS,
     _NODE_KEYS,
     _TOP,
     ALL_SOURCES,
-    DEFAULT_BUCKETS,
     Config,
     ConfigError,
     FileNode,
@@ -649,7 +649,7 @@ def test_minimal_config_takes_every_default() -> None:
         max_request_seconds=600,
         stall_seconds=300,
         since="now",
-        duration_buckets=DEFAULT_BUCKETS,
+        duration_buckets=DEFAULT_BUCKETS_S,
         kinds=Kinds(DEFAULT_RULES),
         nodes=(FileNode("a", Path("/x")),),
     )
