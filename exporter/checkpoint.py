@@ -7,6 +7,7 @@ new one, whole. The file is mode 0600; its directory is made 0700 when missing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -53,6 +54,12 @@ class Checkpoint:
             )
         state: dict[str, Any] = data
         return state
+
+    def remove_stale_temps(self) -> None:
+        """Temporary files a crash left in the middle of a write (never the checkpoint)."""
+        for tmp in self.path.parent.glob(f".{NAME}.*.tmp"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def set_aside(self) -> Path | None:
         """Move an unusable checkpoint out of the way (kept for a look); returns where."""

@@ -33,6 +33,7 @@ from exporter.sources.file import FileSource
 log = logging.getLogger(__name__)
 
 QUEUE_SIZE = 64
+TURN_BUDGET_S = 0.2  # batches applied per ingest turn, at most this long
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
 ERRORS_LOGGED = 5  # parse errors logged per node before going quiet (they are all counted)
 
@@ -209,15 +210,18 @@ class Daemon:
     async def _ingest_loop(self, queue: asyncio.Queue[Batch]) -> None:
         last_publish = self._now_us()
         while True:
-            batches: list[Batch] = []
+            first: Batch | None = None
             with suppress(TimeoutError):
                 async with asyncio.timeout(self.tick_seconds):
-                    batches.append(await queue.get())
-            while batches and not queue.empty() and len(batches) < QUEUE_SIZE:
-                batches.append(queue.get_nowait())
+                    first = await queue.get()
             now = self._now_us()
-            for batch in batches:
-                self._apply(batch, now)
+            if first is not None:
+                self._apply(first, now)
+                # A turn stays short, so that every source keeps polling: a caught-up source
+                # vouches for "nothing unread up to now - 2 s" only while it is polled.
+                budget = time.monotonic() + TURN_BUDGET_S
+                while not queue.empty() and time.monotonic() < budget:
+                    self._apply(queue.get_nowait(), now)
             self._tick(now)
             self.turns += 1
             self.notifier.heartbeat()
@@ -336,6 +340,7 @@ class Daemon:
 
     def resume(self) -> None:
         """Take up where the checkpoint left off; an unusable one is set aside, never fatal."""
+        self.checkpoint.remove_stale_temps()
         try:
             saved = self.checkpoint.load()
         except CheckpointError as e:

@@ -82,7 +82,7 @@ class HttpServer:
             pass
         finally:
             writer.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await writer.wait_closed()
 
     def _answer(self, head: bytes) -> tuple[int, str, bytes, list[str]]:

@@ -32,6 +32,7 @@ from exporter.sources.journal import cursor_time_us
 log = logging.getLogger(__name__)
 
 READ_SIZE = 1 << 16
+COMMAND_TIMEOUT_S = 60  # a probe or `-n 1` that hangs this long fails the connection
 FIELDS = "MESSAGE,_PID,__REALTIME_TIMESTAMP,__CURSOR"
 # The parser's keywords as one PCRE2 alternation, for journalctl --grep.
 GREP = "|".join(k.decode().replace("|", "\\|") for k in KEYWORDS)
@@ -144,6 +145,10 @@ class SshSource:
                 await self._stream(conn, features, newest, gap, out)
         except (asyncssh.Error, OSError) as e:
             raise SourceError(explain(node, e)) from None
+        except TimeoutError:
+            raise SourceError(
+                f"node {node.name}: remote journalctl did not answer within {COMMAND_TIMEOUT_S} s"
+            ) from None
 
     async def _check_cursor(self, conn: asyncssh.SSHClientConnection) -> bool:
         """Is the saved cursor's entry still there? If not (vacuumed or rotated away), resume
@@ -176,7 +181,9 @@ class SshSource:
         """Which journalctl options the node accepts, by trying them on no entries."""
 
         async def accepts(*args: str) -> bool:
-            r = await conn.run(journalctl(self.node, "-n", "0", *args), check=False)
+            r = await conn.run(
+                journalctl(self.node, "-n", "0", *args), check=False, timeout=COMMAND_TIMEOUT_S
+            )
             return r.exit_status == 0
 
         output_fields = await accepts(f"--output-fields={FIELDS}")
@@ -192,7 +199,11 @@ class SshSource:
 
     async def _newest(self, conn: asyncssh.SSHClientConnection, features: Features) -> str:
         """The cursor of the newest entry under the same filters, when the stream starts."""
-        r = await conn.run(journalctl(self.node, "-n", "1", features=features), check=False)
+        r = await conn.run(
+            journalctl(self.node, "-n", "1", features=features),
+            check=False,
+            timeout=COMMAND_TIMEOUT_S,
+        )
         if r.exit_status != 0:
             raise SourceError(
                 f"node {self.node.name}: journalctl failed "
@@ -260,7 +271,7 @@ class SshSource:
             if line is not None and line.time_us >= self.since_us:  # --since has whole seconds
                 lines.append(line)
         last_time = None
-        for raw in last_lines(whole):
+        for raw in last_lines(whole, most=whole.count(b"\n")):  # the newest that has a cursor
             try:
                 rec = json.loads(raw)
                 cursor, last_time = str(rec["__CURSOR"]), int(rec["__REALTIME_TIMESTAMP"])
