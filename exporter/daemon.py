@@ -208,7 +208,7 @@ class Daemon:
                 log.error("final checkpoint %s failed: %s", self.checkpoint.path, e)
 
     async def _ingest_loop(self, queue: asyncio.Queue[Batch]) -> None:
-        last_publish = self._now_us()
+        last_publish = last_tick = self._now_us()
         while True:
             first: Batch | None = None
             with suppress(TimeoutError):
@@ -222,7 +222,9 @@ class Daemon:
                 budget = time.monotonic() + TURN_BUDGET_S
                 while not queue.empty() and time.monotonic() < budget:
                     self._apply(queue.get_nowait(), now)
-            self._tick(now)
+            if now - last_tick >= self.tick_seconds * SECOND:  # O(nodes): not every turn
+                self._tick(now)
+                last_tick = now
             self.turns += 1
             self.notifier.heartbeat()
             if now - last_publish >= self.publish_seconds * SECOND:
@@ -316,13 +318,13 @@ class Daemon:
                     self.publish_seconds,
                 )
             self._failing = True
-            self.publish()  # the same values, with the error counted
+            await self._publish()  # the same values, with the error counted
             return
         if self._failing:
             log.info("checkpoint %s written again", self.checkpoint.path)
             self._failing = False
         self._served = snapshot
-        self.publish()
+        await self._publish()
 
     def status(self) -> str:
         """A one-line summary for systemd's STATUS=."""
@@ -337,6 +339,12 @@ class Daemon:
     def publish(self) -> None:
         """Render the last checkpointed snapshot; scrapes serve it from memory until the next."""
         self.pages.metrics = self.renderer.render(self._served, self.checkpoint_errors)
+
+    async def _publish(self) -> None:
+        """`publish`, rendered in a worker thread: scrapes keep being answered meanwhile."""
+        self.pages.metrics = await asyncio.to_thread(
+            self.renderer.render, self._served, self.checkpoint_errors
+        )
 
     def resume(self) -> None:
         """Take up where the checkpoint left off; an unusable one is set aside, never fatal."""

@@ -1,0 +1,694 @@
+"""Benchmark the exporter following many nodes over SSH: CPU, memory, /metrics latency, bytes.
+
+    .venv/bin/python bench/ssh.py                       # 200 nodes, a 60 s window
+    .venv/bin/python bench/ssh.py --nodes 20 --seconds 15
+    .venv/bin/python bench/ssh.py --old                 # journalctl without --output-fields/--grep
+    .venv/bin/python bench/ssh.py --profile             # and where the exporter's time goes
+
+A server process (this file, `--serve`) runs `--nodes` asyncssh servers on 127.0.0.1 (port 0
+each, one generated ed25519 host key, one generated client key authorised), each emulating
+`journalctl` for its node: the command is parsed with shlex (-u, -o json, --no-pager, -n N,
+--cursor, --after-cursor, --since @S, --follow, --no-tail, --output-fields=..., --grep PATTERN,
+--directory); probes (`-n 0 ...`) exit 0, or with `--old` the options systemd 219 lacks
+(--output-fields, --grep) are refused with exit 1. Each node's journal is deterministic
+(`random.Random`): one request a second, one at a time, each 10 entries: its launch line, the
+era-D timing block (prompt eval, eval, total), its release line and 5 lines without a parser
+keyword (params, health polls, idle, POST). Every JSON entry has journald's usual fields
+(__CURSOR, __REALTIME_TIMESTAMP, __MONOTONIC_TIMESTAMP, _BOOT_ID, _PID, _UID, _GID, _COMM, _EXE,
+_CMDLINE, _SYSTEMD_UNIT, _SYSTEMD_CGROUP, _TRANSPORT, SYSLOG_IDENTIFIER, PRIORITY, _HOSTNAME,
+MESSAGE); --output-fields keeps only the named ones (and the four journalctl always prints) and
+--grep only the entries whose MESSAGE matches, so the bytes sent differ. The server counts, per
+follow stream, the bytes written and what the full entries would have been.
+
+The exporter runs as its own process (`python -m exporter run --config CFG`, `--nodes` ssh
+nodes, known_hosts with every `[127.0.0.1]:PORT`, the generated client key, state in a temporary
+directory). Once every source is up (sum of smllm_source_up == nodes) and after a 5 s warm-up:
+- an ingest window of `--seconds`, scraped every 15 s as Prometheus would: the exporter's CPU
+  (utime + stime from /proc/PID/stat) as a share of one core, the rate of smllm_requests_total
+  (≈ one a second a node) and the payload bytes sent per request (SSH framing aside);
+- then a scrape window: 100 scrapes of /metrics 0.5 s apart (urllib), their latency and the
+  exporter's CPU meanwhile (rendering /metrics for 200 nodes costs far more than ingesting).
+Peak resident memory (VmRSS from /proc/PID/status) is sampled every 0.5 s over both. The ssh
+servers' CPU and the host's load average are printed too: they share the machine.
+
+Checks (exit 1 on failure): every source up, the requests rate within 5% of the nodes' rate and
+of what the servers sent, no parse errors, and the goals: under 20% of one core, under 300 MB,
+/metrics p99 under 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import pstats
+import random
+import re
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import asyncssh
+
+SECOND = 1_000_000
+UNIT = "sm-llm.service"
+ENTRIES_PER_REQUEST = 10
+TOTAL_ENTRY = 5  # the index of the `total time` entry in a request
+ALWAYS = ("__CURSOR", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID")
+GOAL_CPU = 20.0  # % of one core
+GOAL_RSS = 300.0  # MB
+GOAL_SCRAPE = 50.0  # ms, p99
+SCRAPE_EVERY = 0.5  # s, in the scrape window
+SCRAPES = 100
+PROMETHEUS_EVERY = 15.0  # s, in the ingest window
+WARMUP = 5.0  # s
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- the emulated journal (server side) -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    seq: int
+    time_us: int
+    message: str
+
+
+@dataclass
+class Stats:
+    streams: int = 0
+    probes: int = 0
+    sent: int = 0  # bytes written to follow streams
+    full: int = 0  # bytes the same entries would have taken without the filters
+    requests: int = 0  # `total time` entries sent to follow streams
+
+
+class NodeJournal:
+    """One node's journal: request r starts at t0 + r s + the node's offset; 10 entries each."""
+
+    def __init__(self, index: int, t0_us: int) -> None:
+        self.name = f"node{index:03d}"
+        rng = random.Random(f"ssh-bench:{self.name}")
+        self.t0 = t0_us + rng.randrange(SECOND)
+        self.boot = f"{rng.getrandbits(128):032x}"
+        self.machine = f"{rng.getrandbits(128):032x}"
+        self.pid = str(4000 + rng.randrange(1000))
+        self.task0 = rng.randrange(100, 5000)
+        self.boot_us = t0_us - 86_400 * SECOND
+        self.stats = Stats()
+        self._cache: tuple[int, list[Entry]] = (-1, [])
+
+    def request(self, r: int) -> list[Entry]:
+        if self._cache[0] == r:
+            return self._cache[1]
+        rng = random.Random(f"{self.name}:{r}")
+        start = self.t0 + r * SECOND
+        total_us = rng.randrange(300_000, 800_000)
+        end = start + total_us
+        total_ms = total_us / 1000
+        prompt, generated = rng.randrange(120, 940), rng.randrange(3, 120)
+        prompt_ms = round(total_ms * rng.uniform(0.15, 0.4), 2)
+        gen_ms = round(total_ms - prompt_ms, 2)
+        task = self.task0 + r
+        slot = f"id  0 | task {task} |"
+        prefix = f"slot print_timing: {slot} "
+        poll = rng.choice(("GET /health", "GET /v1/models", "GET /metrics"))
+        messages = [
+            (start, "srv  params_from_: Chat format: Hermes 2 Pro"),
+            (start + 200, f"slot launch_slot_: {slot} processing task, is_child = 0"),
+            (start + total_us // 2, f"srv  log_server_r: request: {poll} 127.0.0.1 200"),
+            (
+                end - 40,
+                prefix + f"prompt eval time = {prompt_ms:10.2f} ms / {prompt:5d}"
+                f" tokens ({prompt_ms / prompt:8.2f} ms per token,"
+                f" {1e3 / prompt_ms * prompt:8.2f} tokens per second)",
+            ),
+            (
+                end - 20,
+                prefix + f"       eval time = {gen_ms:10.2f} ms / {generated:5d}"
+                f" tokens ({gen_ms / generated:8.2f} ms per token,"
+                f" {1e3 / gen_ms * generated:8.2f} tokens per second)",
+            ),
+            (
+                end,
+                prefix + f"      total time = {total_ms:10.2f} ms / {prompt + generated:5d} tokens",
+            ),
+            (
+                end + 30,
+                f"slot      release: {slot} stop processing:"
+                f" n_tokens = {prompt + generated}, truncated = 0",
+            ),
+            (end + 60, "srv  update_slots: all slots are idle"),
+            (end + 90, "srv  log_server_r: request: POST /v1/chat/completions 127.0.0.1 200"),
+            (end + 100_000, "srv  log_server_r: request: GET /health 127.0.0.1 200"),
+        ]
+        entries = [Entry(r * ENTRIES_PER_REQUEST + k, t, m) for k, (t, m) in enumerate(messages)]
+        self._cache = (r, entries)
+        return entries
+
+    def entry(self, seq: int) -> Entry:
+        return self.request(seq // ENTRIES_PER_REQUEST)[seq % ENTRIES_PER_REQUEST]
+
+    def first_at(self, time_us: int) -> int:
+        """The first entry at or after time_us."""
+        r = max(0, (time_us - self.t0) // SECOND - 1)
+        seq = r * ENTRIES_PER_REQUEST
+        while self.entry(seq).time_us < time_us:
+            seq += 1
+        return seq
+
+    def newest(self, now_us: int) -> int:
+        """The newest entry at or before now_us, or -1."""
+        seq = self.first_at(now_us + 1) - 1
+        return seq if seq >= 0 and self.entry(seq).time_us <= now_us else -1
+
+    def cursor(self, e: Entry) -> str:
+        return (
+            f"s={self.machine};i={e.seq + 1:x};b={self.boot};m={e.time_us - self.boot_us:x};"
+            f"t={e.time_us:x};x={(e.seq * 2654435761) & 0xFFFFFFFFFFFF:x}"
+        )
+
+    def record(self, e: Entry) -> dict[str, str]:
+        return {
+            "__CURSOR": self.cursor(e),
+            "__REALTIME_TIMESTAMP": str(e.time_us),
+            "__MONOTONIC_TIMESTAMP": str(e.time_us - self.boot_us),
+            "_BOOT_ID": self.boot,
+            "_TRANSPORT": "stdout",
+            "PRIORITY": "6",
+            "SYSLOG_IDENTIFIER": "sm-llm",
+            "_PID": self.pid,
+            "_UID": "998",
+            "_GID": "998",
+            "_COMM": "llama-server",
+            "_EXE": "/opt/llama.cpp/bin/llama-server",
+            "_CMDLINE": "/opt/llama.cpp/bin/llama-server --host 0.0.0.0 --port 8080 -c 32768 "
+            "-ngl 99 -m /srv/models/qwen3-30b-a3b-q4_k_m.gguf",
+            "_SYSTEMD_CGROUP": f"/system.slice/{UNIT}",
+            "_SYSTEMD_UNIT": UNIT,
+            "_HOSTNAME": self.name,
+            "MESSAGE": e.message,
+        }
+
+
+def render(rec: dict[str, str]) -> bytes:
+    return (json.dumps(rec, separators=(", ", " : ")) + "\n").encode()
+
+
+@dataclass
+class Query:
+    n: int | None = None
+    cursor: str | None = None
+    after_cursor: str | None = None
+    since: int | None = None
+    follow: bool = False
+    fields: tuple[str, ...] | None = None
+    grep: re.Pattern[str] | None = None
+    filtered: bool = False
+
+
+class Refused(Exception):
+    pass
+
+
+def parse_command(command: str, old: bool) -> Query:
+    q = Query()
+    args = iter(shlex.split(command))
+    if next(args, None) != "journalctl":
+        raise Refused("only journalctl here")
+    for a in args:
+        if a in ("--no-pager", "--no-tail"):
+            continue
+        if a in ("-u", "-o", "--directory"):
+            value = next(args, "")
+            if a == "-o" and value != "json":
+                raise Refused(f"output {value!r} not emulated")
+        elif a == "-n":
+            q.n = int(next(args, "0"))
+        elif a == "--cursor":
+            q.cursor = next(args, "")
+        elif a == "--after-cursor":
+            q.after_cursor = next(args, "")
+        elif a == "--since":
+            q.since = int(next(args, "@0").lstrip("@")) * SECOND
+        elif a == "--follow":
+            q.follow = True
+        elif a.startswith("--output-fields=") and not old:
+            q.fields = tuple(a.partition("=")[2].split(","))
+            q.filtered = True
+        elif a == "--grep" and not old:
+            pattern = next(args, "")
+            flags = 0 if any(c.isupper() for c in pattern) else re.IGNORECASE
+            q.grep = re.compile(pattern, flags)
+            q.filtered = True
+        else:
+            raise Refused(f"unrecognized option '{a}'")
+    return q
+
+
+def seq_of(cursor: str) -> int:
+    for part in cursor.split(";"):
+        key, _, value = part.partition("=")
+        if key == "i":
+            return int(value, 16) - 1
+    raise Refused("Failed to parse cursor")
+
+
+class Emulator:
+    def __init__(self, journal: NodeJournal, old: bool) -> None:
+        self.journal = journal
+        self.old = old
+
+    def keep(self, q: Query, e: Entry) -> bool:
+        return q.grep is None or q.grep.search(e.message) is not None
+
+    def out(self, q: Query, e: Entry) -> tuple[bytes, bytes]:
+        rec = self.journal.record(e)
+        full = render(rec)
+        if q.fields is None:
+            return full, full
+        keep = set(q.fields) | set(ALWAYS)
+        return render({k: v for k, v in rec.items() if k in keep}), full
+
+    async def handle(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
+        stats = self.journal.stats
+        try:
+            q = parse_command(process.command or "", self.old)
+        except (Refused, ValueError) as refused:
+            process.stderr.write(f"journalctl: {refused}\n".encode())
+            process.exit(1)
+            return
+        now = int(time.time() * SECOND)
+        j = self.journal
+        if q.n is not None and not q.follow:  # -n N: the newest N under the filters
+            stats.probes += 1
+            chosen: list[bytes] = []
+            seq = j.newest(now)
+            while seq >= 0 and len(chosen) < q.n:
+                newest = j.entry(seq)
+                if self.keep(q, newest):
+                    chosen.append(self.out(q, newest)[0])
+                seq -= 1
+            process.stdout.write(b"".join(reversed(chosen)))
+            process.exit(0)
+            return
+        if q.cursor is not None:
+            seq = seq_of(q.cursor)
+        elif q.after_cursor is not None:
+            seq = seq_of(q.after_cursor) + 1
+        elif q.since is not None:
+            seq = j.first_at(q.since)
+        else:
+            seq = 0
+        if q.follow:
+            stats.streams += 1
+        try:
+            while True:
+                now = int(time.time() * SECOND)
+                chunk: list[bytes] = []
+                while j.entry(seq).time_us <= now:
+                    entry = j.entry(seq)
+                    if self.keep(q, entry):
+                        sent, full = self.out(q, entry)
+                        chunk.append(sent)
+                        if q.follow:
+                            stats.sent += len(sent)
+                            if seq % ENTRIES_PER_REQUEST == TOTAL_ENTRY:
+                                stats.requests += 1
+                    elif q.follow:
+                        full = render(j.record(entry))
+                    if q.follow:
+                        stats.full += len(full)
+                    seq += 1
+                if chunk:
+                    process.stdout.write(b"".join(chunk))
+                    await process.stdout.drain()
+                if not q.follow:
+                    process.exit(0)
+                    return
+                if process.channel.is_closing():
+                    return
+                wait = (j.entry(seq).time_us - int(time.time() * SECOND)) / SECOND
+                await asyncio.sleep(max(wait, 0.001))
+        except (OSError, asyncssh.Error):
+            return
+
+
+async def serve(nodes: int, directory: Path, old: bool) -> None:
+    host_key = asyncssh.read_private_key(directory / "host_key")
+    t0 = int(time.time()) * SECOND
+    journals = [NodeJournal(i, t0) for i in range(nodes)]
+    servers = []
+    for j in journals:
+        emulator = Emulator(j, old)
+        server = await asyncssh.listen(
+            "127.0.0.1",
+            0,
+            server_host_keys=[host_key],
+            authorized_client_keys=str(directory / "authorized_keys"),
+            process_factory=emulator.handle,
+            encoding=None,
+            allow_scp=False,
+        )
+        servers.append(server)
+    ports = [s.sockets[0].getsockname()[1] for s in servers]
+    print(json.dumps({"ports": ports, "names": [j.name for j in journals]}), flush=True)
+    while True:  # one JSON line of stats per line read; end on EOF
+        line = await asyncio.to_thread(sys.stdin.readline)
+        if not line:
+            break
+        print(json.dumps({j.name: vars(j.stats) for j in journals}), flush=True)
+    for s in servers:
+        s.close()
+
+
+# -- the measurement (client side) ----------------------------------------------------------
+
+
+@dataclass
+class Scrape:
+    up: float = 0.0
+    requests: float = 0.0
+    parse_errors: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass
+class Result:
+    nodes: int
+    window: float
+    cpu: float
+    rss_mb: float
+    scraping_cpu: float
+    server_cpu: float
+    load: float
+    latencies_ms: list[float] = field(default_factory=list)
+    rate: float = 0.0
+    sent_rate: float = 0.0
+    up: float = 0.0
+    parse_errors: float = 0.0
+    bytes_sent: float = 0.0
+    bytes_full: float = 0.0
+
+
+def scrape(url: str) -> Scrape:
+    t = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text: str = r.read().decode()
+    s = Scrape(seconds=time.perf_counter() - t)
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name.startswith("smllm_source_up{"):
+            s.up += float(value)
+        elif name.startswith("smllm_requests_total{") or name == "smllm_requests_total":
+            s.requests += float(value)
+        elif name.startswith("smllm_parse_errors_total{"):
+            s.parse_errors += float(value)
+    return s
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def write_keys(directory: Path) -> None:
+    host = asyncssh.generate_private_key("ssh-ed25519")
+    client = asyncssh.generate_private_key("ssh-ed25519")
+    host.write_private_key(directory / "host_key")
+    host.write_public_key(directory / "host_key.pub")
+    client.write_private_key(directory / "client_key")
+    client.write_public_key(directory / "authorized_keys")
+    os.chmod(directory / "client_key", 0o600)
+
+
+def server_stats(server: subprocess.Popen[str]) -> dict[str, dict[str, int]]:
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write("stats\n")
+    server.stdin.flush()
+    stats: dict[str, dict[str, int]] = json.loads(server.stdout.readline())
+    return stats
+
+
+def totals(stats: dict[str, dict[str, int]], key: str) -> int:
+    return sum(s[key] for s in stats.values())
+
+
+def measure(args: argparse.Namespace, directory: Path) -> Result:
+    write_keys(directory)
+    command = [sys.executable, __file__, "--serve", "--nodes", str(args.nodes), "--dir"]
+    command += [str(directory), *(["--old"] if args.old else [])]
+    server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    exporter: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = None
+    try:
+        assert server.stdout is not None
+        hello = json.loads(server.stdout.readline())
+        ports: list[int] = hello["ports"]
+        names: list[str] = hello["names"]
+        host_pub = (directory / "host_key.pub").read_text().split()[:2]
+        (directory / "known_hosts").write_text(
+            "".join(f"[127.0.0.1]:{p} {' '.join(host_pub)}\n" for p in ports)
+        )
+        listen = free_port()
+        rows = [
+            {
+                "name": name,
+                "source": "ssh",
+                "host": "127.0.0.1",
+                "port": port,
+                "user": "bench",
+                "unit": UNIT,
+                "known_hosts": str(directory / "known_hosts"),
+                "client_keys": [str(directory / "client_key")],
+            }
+            for name, port in zip(names, ports, strict=True)
+        ]
+        cfg = directory / "config.yaml"
+        cfg.write_text(
+            json.dumps(
+                {
+                    "listen": f"127.0.0.1:{listen}",
+                    "state_dir": str(directory / "state"),
+                    "nodes": rows,
+                }
+            )
+        )
+        log = (directory / "exporter.log").open("wb")
+        profile = directory / "exporter.prof"
+        profiler = ["-m", "cProfile", "-o", str(profile)] if args.profile else []
+        exporter = subprocess.Popen(
+            [sys.executable, *profiler, "-m", "exporter", "run", "--config", str(cfg)],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{listen}/metrics"
+        deadline = time.monotonic() + 60 + args.nodes * 0.5
+        up = 0.0
+        while time.monotonic() < deadline:
+            if exporter.poll() is not None:
+                tail = (directory / "exporter.log").read_text(errors="replace")[-3000:]
+                raise SystemExit(f"the exporter ended ({exporter.returncode}):\n{tail}")
+            try:
+                up = scrape(url).up
+            except OSError:
+                up = 0.0
+            if up >= args.nodes:
+                break
+            time.sleep(0.5)
+        print(f"sources up: {up:.0f}/{args.nodes}; warming up {WARMUP:.0f} s", file=sys.stderr)
+        if up < args.nodes:  # the table will say FAIL; the exporter's log says why
+            lines = (directory / "exporter.log").read_text(errors="replace").splitlines()
+            print("\n".join(lines[-20:]), file=sys.stderr)
+        time.sleep(WARMUP)
+        pid = exporter.pid
+        hz = os.sysconf("SC_CLK_TCK")
+        # the ingest window: scraped every 15 s, as Prometheus would
+        first = scrape(url)
+        stats0 = server_stats(server)
+        ticks0, t0 = cpu_ticks(pid), time.monotonic()
+        server_ticks0 = cpu_ticks(server.pid)
+        peak = rss_mb(pid)
+        last, next_scrape = first, t0 + PROMETHEUS_EVERY
+        while (now := time.monotonic()) < t0 + args.seconds:
+            time.sleep(min(SCRAPE_EVERY, t0 + args.seconds - now))
+            peak = max(peak, rss_mb(pid))
+            if time.monotonic() >= next_scrape:
+                scrape(url)
+                next_scrape += PROMETHEUS_EVERY
+        last = scrape(url)
+        ticks1, t1 = cpu_ticks(pid), time.monotonic()
+        server_ticks1 = cpu_ticks(server.pid)
+        stats1 = server_stats(server)
+        window = t1 - t0
+        # the scrape window: SCRAPES scrapes, SCRAPE_EVERY apart
+        latencies: list[float] = []
+        ticks2, t2 = cpu_ticks(pid), time.monotonic()
+        for i in range(SCRAPES):
+            time.sleep(max(0.0, t2 + (i + 1) * SCRAPE_EVERY - time.monotonic()))
+            latencies.append(scrape(url).seconds * 1000)
+            peak = max(peak, rss_mb(pid))
+        ticks3, t3 = cpu_ticks(pid), time.monotonic()
+        sent_requests = totals(stats1, "requests") - totals(stats0, "requests")
+        per = max(sent_requests, 1)
+        return Result(
+            nodes=args.nodes,
+            window=window,
+            cpu=100 * (ticks1 - ticks0) / hz / window,
+            scraping_cpu=100 * (ticks3 - ticks2) / hz / (t3 - t2),
+            server_cpu=100 * (server_ticks1 - server_ticks0) / hz / window,
+            load=os.getloadavg()[0],
+            rss_mb=peak,
+            latencies_ms=latencies,
+            rate=(last.requests - first.requests) / window,
+            sent_rate=sent_requests / window,
+            up=last.up,
+            parse_errors=last.parse_errors,
+            bytes_sent=(totals(stats1, "sent") - totals(stats0, "sent")) / per,
+            bytes_full=(totals(stats1, "full") - totals(stats0, "full")) / per,
+        )
+    finally:
+        if exporter is not None:
+            exporter.send_signal(signal.SIGTERM)
+            try:
+                exporter.wait(20)
+            except subprocess.TimeoutExpired:
+                exporter.kill()
+                exporter.wait()
+        if log is not None:
+            log.close()
+        if args.profile and (directory / "exporter.prof").exists():
+            out = io.StringIO()
+            stats = pstats.Stats(str(directory / "exporter.prof"), stream=out)
+            stats.sort_stats("tottime").print_stats(25)
+            print(out.getvalue())
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+def table(r: Result, old: bool) -> Iterator[str]:
+    lat = r.latencies_ms
+    p50, p99, worst = statistics.median(lat), percentile(lat, 99), max(lat)
+    slow = sum(x >= GOAL_SCRAPE for x in lat)
+    mode = "full entries (--old)" if old else "--output-fields + --grep"
+
+    def verdict(ok: bool) -> str:
+        return "PASS" if ok else "FAIL"
+
+    rows = [
+        (
+            "exporter CPU, % of one core",
+            f"{r.cpu:.1f}",
+            f"< {GOAL_CPU:.0f}",
+            r.cpu < GOAL_CPU,
+        ),
+        ("exporter CPU, scrape window", f"{r.scraping_cpu:.1f}", "", None),
+        ("exporter RSS, MB (peak)", f"{r.rss_mb:.1f}", f"< {GOAL_RSS:.0f}", r.rss_mb < GOAL_RSS),
+        ("/metrics p50, ms", f"{p50:.1f}", "", None),
+        ("/metrics p99, ms", f"{p99:.1f}", f"< {GOAL_SCRAPE:.0f}", p99 < GOAL_SCRAPE),
+        ("/metrics max, ms", f"{worst:.1f}", "", None),
+        (f"/metrics over {GOAL_SCRAPE:.0f} ms, scrapes", f"{slow}", "", None),
+        ("requests/s counted", f"{r.rate:.1f}", f"≈ {r.nodes}", None),
+        ("requests/s sent by the servers", f"{r.sent_rate:.1f}", "", None),
+        (f"bytes/request sent: {mode}", f"{r.bytes_sent:.0f}", "", None),
+        ("bytes/request as full entries", f"{r.bytes_full:.0f}", "", None),
+        ("ssh servers' CPU, % of one core", f"{r.server_cpu:.1f}", "", None),
+        (f"host: {os.cpu_count()} cores, load average (1 min)", f"{r.load:.2f}", "", None),
+    ]
+    yield (
+        f"{r.nodes} nodes: ingest window {r.window:.1f} s (a scrape every"
+        f" {PROMETHEUS_EVERY:.0f} s), then a scrape window of {len(lat)} scrapes"
+        f" {SCRAPE_EVERY} s apart"
+    )
+    yield f"{'':42} {'value':>10}  {'goal':>6}  verdict"
+    for name, value, goal, ok in rows:
+        yield f"{name:42} {value:>10}  {goal:>6}  {'' if ok is None else verdict(ok)}"
+
+
+def checks(r: Result) -> list[str]:
+    problems = []
+    if r.up != r.nodes:
+        problems.append(f"sources up {r.up:.0f}, not {r.nodes}")
+    if abs(r.rate - r.nodes) > 0.05 * r.nodes:
+        problems.append(f"requests/s counted {r.rate:.1f}, not ≈ {r.nodes}")
+    if abs(r.rate - r.sent_rate) > 0.05 * max(r.sent_rate, 1):
+        problems.append(f"requests/s counted {r.rate:.1f} vs sent {r.sent_rate:.1f}")
+    if r.parse_errors:
+        problems.append(f"{r.parse_errors:.0f} parse errors")
+    if r.cpu >= GOAL_CPU:
+        problems.append(f"CPU {r.cpu:.1f}% of one core, goal < {GOAL_CPU:.0f}%")
+    if r.rss_mb >= GOAL_RSS:
+        problems.append(f"RSS {r.rss_mb:.1f} MB, goal < {GOAL_RSS:.0f} MB")
+    p99 = percentile(r.latencies_ms, 99)
+    if p99 >= GOAL_SCRAPE:
+        problems.append(f"/metrics p99 {p99:.1f} ms, goal < {GOAL_SCRAPE:.0f} ms")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--nodes", type=int, default=200)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--old", action="store_true", help="journalctl without --output-fields/--grep")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the exporter under cProfile (its CPU figure then includes the profiler's)",
+    )
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.serve:
+        asyncio.run(serve(args.nodes, args.dir, args.old))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="bench-ssh-") as tmp:
+        r = measure(args, Path(tmp))
+    for line in table(r, args.old):
+        print(line)
+    problems = checks(r)
+    for p in problems:
+        print(f"FAIL: {p}")
+    print("FAIL" if problems else "PASS")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
