@@ -56,6 +56,8 @@ run: $(BASE)
 bench: venv deps
 	$(BIN)/python bench/report.py
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/journal.py
+	$(BIN)/python bench/ssh.py
 
 clean:
 	rm -rf .demo $(VENV) .mypy_cache .ruff_cache .pytest_cache
