@@ -59,8 +59,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.accounting import SECOND, Accounting
+from exporter.daemon import apply_batch
 from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.logline import Batch, Event, EventKind
+from exporter.logline import Batch
 from exporter.parse import Parser
 from exporter.sources.dump import LineDecoder
 from exporter.sources.file import FileSource, relevant_lines
@@ -294,22 +295,7 @@ def _totals(acc: Accounting, dump: Dump) -> tuple[Totals, list[str]]:
 
 def _apply(batch: Batch, parser: Parser, acc: Accounting, now_us: int) -> None:
     """What `Daemon._apply` does with a Batch (logging and positions aside)."""
-    node = batch.node
-    if batch.reconnected:
-        acc.source_reconnected(node)
-    if batch.gap:
-        acc.source_gap(node)
-    for error in batch.errors:
-        acc.add(Event(node, now_us, EventKind.PARSE_ERROR, detail=error))
-    for line in batch.lines:
-        for rec in parser.feed(line):
-            acc.add(rec)
-    if batch.entries or batch.newest_us is not None:
-        acc.line_read(node, batch.newest_us, batch.entries)
-    newest = acc.nodes[node].newest_us
-    acc.source_state(
-        node, up=batch.up, caught_up=batch.caught_up, now_us=now_us, lag_us=now_us - newest
-    )
+    apply_batch(batch, parser, acc, now_us, acc.add)
 
 
 def ours_source(dump: Dump) -> tuple[Totals, list[str]]:

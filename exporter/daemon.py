@@ -69,6 +69,33 @@ AVAILABLE_SOURCES = frozenset(
 )
 
 
+def apply_batch(
+    batch: Batch,
+    parser: Parser,
+    acc: Accounting,
+    now_us: int,
+    add: Callable[[Interval | Event], None],
+) -> None:
+    """One source batch through the node's parser into the accounting; `add` takes each record
+    (the daemon logs some on their way)."""
+    node = batch.node
+    if batch.reconnected:
+        acc.source_reconnected(node)
+    if batch.gap:
+        acc.source_gap(node)
+    for error in batch.errors:
+        add(Event(node, now_us, EventKind.PARSE_ERROR, detail=error))
+    for line in batch.lines:
+        for rec in parser.feed(line):
+            add(rec)
+    if batch.entries or batch.newest_us is not None:
+        acc.line_read(node, batch.newest_us, batch.entries)
+    newest = acc.nodes[node].newest_us
+    acc.source_state(
+        node, up=batch.up, caught_up=batch.caught_up, now_us=now_us, lag_us=now_us - newest
+    )
+
+
 class Daemon:
     """Runs the whole pipeline for one config; see the module docstring."""
 
@@ -237,23 +264,7 @@ class Daemon:
 
     def _apply(self, batch: Batch, now_us: int) -> None:
         node = batch.node
-        acc = self.acc
-        if batch.reconnected:
-            acc.source_reconnected(node)
-        if batch.gap:
-            acc.source_gap(node)
-        for error in batch.errors:
-            self._add(Event(node, now_us, EventKind.PARSE_ERROR, detail=error))
-        parser = self.parsers[node]
-        for line in batch.lines:
-            for rec in parser.feed(line):
-                self._add(rec)
-        if batch.entries or batch.newest_us is not None:
-            acc.line_read(node, batch.newest_us, batch.entries)
-        newest = acc.nodes[node].newest_us
-        acc.source_state(
-            node, up=batch.up, caught_up=batch.caught_up, now_us=now_us, lag_us=now_us - newest
-        )
+        apply_batch(batch, self.parsers[node], self.acc, now_us, self._add)
         if batch.position:
             self.positions[node] = batch.position
         if not batch.up and batch.error and self._down_reason.get(node) != batch.error:
