@@ -1,0 +1,327 @@
+"""The dashboard and the rules against a real Prometheus scraping the real daemon.
+
+The daemon runs the embedded demo (`sm-llm-exporter demo`: three nodes' journals, the last hour
+written at once and each later line appended when its time comes). Debian's `prometheus` on
+127.0.0.1 scrapes it every second and evaluates deploy/prometheus/rules.yml every second, with
+the scrape config of deploy/prometheus/prometheus.yml pointed at the daemon. Then every query of
+every dashboard panel, read from deploy/grafana/sm-llm-exporter.json with its variables
+substituted as Grafana would, returns data through the HTTP API, both as the range query a
+panel runs and as an instant query, and every recording and alert rule has evaluated with
+health "ok".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import free_port, http_get, require_tool, wait_for
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+RULES = REPO / "deploy" / "prometheus" / "rules.yml"
+EXAMPLE_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
+DASHBOARD = REPO / "deploy" / "grafana" / "sm-llm-exporter.json"
+
+SCRAPE_SECONDS = 1
+STEP_SECONDS = 1  # the range queries' step, Grafana's $__interval for them
+# Grafana: $__rate_interval = max($__interval + scrape interval, 4 x scrape interval), with the
+# data source's "scrape interval" set to Prometheus's (1 s here): max(1 s + 1 s, 4 s) = 4 s, so
+# every rate() window holds about four samples, never fewer than the two rate() needs.
+RATE_INTERVAL_SECONDS = max(STEP_SECONDS + SCRAPE_SECONDS, 4 * SCRAPE_SECONDS)
+SETTLE_SECONDS = 3
+
+# Panels whose figures are legitimately all zero on the demo (nothing fails there); every other
+# panel must show at least one finite nonzero value.
+ZERO_ON_DEMO = {
+    "Requests lost and server restarts",
+    "Reconnects, gaps, parse errors, late intervals",
+    "Checkpoint errors",
+}
+LISTENING = re.compile(r"serving /metrics on 127\.0\.0\.1:(\d+)")
+
+
+@dataclass
+class Prometheus:
+    url: str
+    started: float
+
+    def get(self, path: str, **params: str | float) -> Any:
+        query = urllib.parse.urlencode({k: str(v) for k, v in params.items()}, doseq=True)
+        status, body, _ = http_get(f"{self.url}{path}?{query}" if query else self.url + path)
+        reply = json.loads(body)
+        assert status == 200 and reply["status"] == "success", (path, params, reply)
+        return reply["data"]
+
+    def instant(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        data = self.get("/api/v1/query", query=expr, time=at if at is not None else time.time())
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def range(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+        data = self.get("/api/v1/query_range", query=expr, start=start, end=end, step=STEP_SECONDS)
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+
+def terminate(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[str]:
+    """The demo daemon on a port the kernel chose; its host:port."""
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "demo",
+                "--dir",
+                str(tmp_path / "demo"),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    try:
+
+        def bound() -> str | None:
+            assert process.poll() is None, log.read_text()
+            m = LISTENING.search(log.read_text())
+            return f"127.0.0.1:{m.group(1)}" if m else None
+
+        address = wait_for(bound, 20, "the demo daemon to listen")
+        wait_for(lambda: http_get(f"http://{address}/-/ready")[0] == 200, 20, "daemon ready")
+        yield address
+    finally:
+        terminate(process)
+
+
+def prometheus_config(tmp_path: Path, target: str) -> Path:
+    """deploy/prometheus/prometheus.yml, scraping `target` every second, with our rules."""
+    config = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    config["global"]["scrape_interval"] = f"{SCRAPE_SECONDS}s"
+    config["global"]["evaluation_interval"] = f"{SCRAPE_SECONDS}s"
+    config["rule_files"] = [str(RULES)]
+    config.pop("alerting", None)  # no Alertmanager here
+    (scrape,) = config["scrape_configs"]
+    scrape["static_configs"][0]["targets"] = [target]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def start_prometheus(
+    binary: str, config: Path, tsdb: Path, log: Path
+) -> tuple[subprocess.Popen[bytes], str] | None:
+    """Prometheus on a free port, ready; None when another process took the port first."""
+    port = free_port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tsdb}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            return True  # exited: stop waiting
+        try:
+            return http_get(url + "/-/ready")[0] == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(ready, 30, "prometheus to be ready")
+    except BaseException:
+        terminate(process)
+        raise
+    if process.poll() is None:
+        return process, url
+    if "address already in use" in log.read_text():
+        return None
+    pytest.fail(f"prometheus did not start:\n{log.read_text()}")
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path, daemon: str) -> Iterator[Prometheus]:
+    binary = require_tool("prometheus")
+    config = prometheus_config(tmp_path, daemon)
+    for attempt in range(5):  # prometheus cannot take port 0: retry on a clash
+        started = start_prometheus(
+            binary, config, tmp_path / f"tsdb{attempt}", tmp_path / f"prometheus{attempt}.log"
+        )
+        if started is not None:
+            break
+    else:
+        pytest.fail("no free port for prometheus after 5 tries")
+    process, url = started
+    try:
+        yield Prometheus(url, time.time())
+    finally:
+        terminate(process)
+
+
+def substitute(expr: str, variables: dict[str, str]) -> str:
+    """Grafana's variable interpolation: ${name} and $name, longest names first."""
+    for name in sorted(variables, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", variables[name])
+        literal = variables[name].replace("\\", "\\\\")  # re.sub's repl: backslashes as is
+        expr = re.sub(rf"\${re.escape(name)}\b", literal, expr)
+    return expr
+
+
+def grafana_regex(values: list[str]) -> str:
+    """A multi-value variable in a Prometheus query, as Grafana writes it: (a|b|c), escaped."""
+    escaped = [re.sub(r"([\\^$*+?.()|{}\[\]])", r"\\\\\1", v) for v in values]
+    return "(" + "|".join(escaped) + ")"
+
+
+def seconds(duration: str) -> int:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    m = re.fullmatch(r"now-(\d+)([smhdw])", duration)
+    assert m, duration
+    return int(m.group(1)) * units[m.group(2)]
+
+
+def finite_nonzero(series: list[dict[str, Any]]) -> bool:
+    values = [v for s in series for _, v in s.get("values", [s.get("value", [0, "0"])])]
+    return any(math.isfinite(float(v)) and float(v) != 0 for v in values)
+
+
+def rule_groups(prom: Prometheus) -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = prom.get("/api/v1/rules")["groups"]
+    return groups
+
+
+def every_rule_evaluated(prom: Prometheus) -> list[dict[str, Any]] | None:
+    rules = [r for g in rule_groups(prom) for r in g["rules"]]
+    if not rules or any(r["health"] == "unknown" for r in rules):
+        return None
+    return rules
+
+
+def test_dashboard_and_rules_on_real_prometheus(prometheus: Prometheus) -> None:
+    prom = prometheus
+    board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    expected_rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+
+    # Enough data, already SETTLE_SECONDS ago so that the panels' range queries (which end at
+    # the last step before now) hold it for a few steps: a request completed while scraped, and
+    # the watermark moved between scrapes (busy shares are ratios of what was accounted, 0/0
+    # until it moves; the demo's first move comes about 10 s after start).
+    def settled(expr: str) -> bool:
+        return finite_nonzero(prom.instant(expr, time.time() - SETTLE_SECONDS))
+
+    wait_for(
+        lambda: settled("sum(increase(smllm_requests_total[1m]))"),
+        60,
+        "a request completed while Prometheus scraped",
+    )
+    wait_for(
+        lambda: settled("smllm:node_busy_share:rate5m"),
+        60,
+        "the watermark to move between scrapes",
+    )
+
+    # Every rule loaded and evaluated, none failing.
+    rules = wait_for(lambda: every_rule_evaluated(prom), 30, "every rule evaluated")
+    names = {r["name"] for r in rules}
+    want = {r.get("record") or r["alert"] for g in expected_rules["groups"] for r in g["rules"]}
+    assert names == want
+    bad = [(r["name"], r["health"], r.get("lastError")) for r in rules if r["health"] != "ok"]
+    assert not bad, bad
+    assert all(not r.get("lastError") for r in rules)
+    for name in sorted(n for n in names if ":" in n):
+        assert prom.instant(name), f"recording rule {name} produced nothing"
+
+    # The variables, as Grafana would resolve them: the node variable's own query, All selected.
+    (node_var,) = [v for v in board["templating"]["list"] if v["name"] == "node"]
+    query = node_var["query"]["query"] if isinstance(node_var["query"], dict) else node_var["query"]
+    m = re.fullmatch(r"label_values\((\w+), (\w+)\)", query)
+    assert m, query
+    nodes = prom.get(f"/api/v1/label/{m.group(2)}/values", **{"match[]": m.group(1)})
+    assert nodes == ["node0", "node1", "node2"]
+    range_s = seconds(board["time"]["from"])
+    variables = {
+        "datasource": "prometheus",
+        "node": grafana_regex(nodes),
+        "__rate_interval": f"{RATE_INTERVAL_SECONDS}s",
+        "__interval": f"{STEP_SECONDS}s",
+        "__interval_ms": str(STEP_SECONDS * 1000),
+        "__range": f"{range_s}s",
+        "__range_s": str(range_s),
+        "__range_ms": str(range_s * 1000),
+    }
+
+    end = time.time()
+    start = prom.started
+    empty: list[str] = []
+    flat: list[str] = []
+    queried = 0
+    for panel in board["panels"]:
+        if panel["type"] == "row":
+            continue
+        panel_values: list[dict[str, Any]] = []
+        for target in panel["targets"]:
+            assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            expr = substitute(target["expr"], variables)
+            assert "$" not in expr, f"unsubstituted variable in {expr}"
+            instant = prom.instant(expr, end)
+            ranged = prom.range(expr, start, end)
+            queried += 1
+            if not instant or not ranged:
+                empty.append(f"{panel['title']} / {target['refId']}: {expr}")
+            panel_values += ranged
+        if panel["title"] not in ZERO_ON_DEMO and not finite_nonzero(panel_values):
+            seen = sorted({v for s in panel_values for _, v in s["values"]})
+            flat.append(
+                f"{panel['title']}: {substitute(panel['targets'][0]['expr'], variables)}"
+                f" -> {seen[:5]}"
+            )
+    assert queried >= 30
+    assert not empty, "queries without data:\n" + "\n".join(empty)
+    assert not flat, "panels with no finite nonzero value on the demo:\n" + "\n".join(flat)
+
+    # The annotation query is valid PromQL (it is empty while nothing fires).
+    for annotation in board["annotations"]["list"]:
+        if "expr" in annotation:
+            prom.instant(substitute(annotation["expr"], variables), end)
+
+    # Figures a reader would check: the shares are shares, the gauge counts nodes.
+    for share in prom.instant("smllm:node_busy_share:rate5m"):
+        assert 0 <= float(share["value"][1]) <= 1, share
+    total = sum(float(s["value"][1]) for s in prom.instant("smllm:concurrency_share:rate5m"))
+    assert total == pytest.approx(1), total
+    (busy,) = prom.instant("smllm_nodes_busy")
+    assert 0 <= float(busy["value"][1]) <= 3
