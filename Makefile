@@ -4,8 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BASE   := $(VENV)/.base
-# Debian packages the tests start for real; apt-installed when missing and run as root.
-DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail
+# Debian packages the tests start for real, and the C compiler for exporter/_speedups.c;
+# apt-installed when missing and run as root.
+DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev
 
 .PHONY: all venv deps test lint typecheck pytest run bench clean
 
@@ -24,7 +25,8 @@ deps:
 	  fi; \
 	fi
 
-$(BASE): pyproject.toml
+# The compiled fast paths are built here when a C compiler is present (pure Python otherwise).
+$(BASE): pyproject.toml setup.py exporter/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .

@@ -11,21 +11,25 @@ lines, then requests one at a time on slot 0, each exactly 15 lines of era-D lla
 - 3 timing lines, `slot print_timing: id  0 | task N | prompt eval time = ...`, `... eval time =
   ...` and `... total time = 47390.06 ms /   730 tokens`: 20% of the lines (the start-up lines
   aside), and one request per `total time` line;
-- 2-4 other lines that hold a parser keyword (`parse.KEYWORDS`, here ` | task `) and that the
-  parser reads without a result or to follow the request: the launch line, the release line and
-  0-2 `prompt processing progress` lines (13-27%, 20% on average);
-- the rest, 8-10 lines (60% on average), hold no keyword: the request's `params_from_`,
-  `all slots are idle` and `POST /v1/chat/completions` lines and 5-7 health, model-list and
-  metrics polls during it.
+- 2 other lines that hold a parser keyword (`parse.KEYWORDS`): the launch line
+  (`launch_slot_`) and the release line (`stop processing`), 13%;
+- the rest, 10 lines (67%), hold no keyword: the request's `params_from_`, 0-2 `prompt
+  processing progress`, `all slots are idle` and `POST /v1/chat/completions` lines and 5-7
+  health, model-list and metrics polls during it.
 The exact shares of the generated file are printed with the table.
 
 Timed on the same file in the same run, round-robin, best of `--repeat` each (the file is in the
 page cache for all of them):
 - ours, file source: the daemon's reading path run synchronously: `FileSource.step()` until
-  caught up (1 MiB reads, lines without a keyword rejected before decoding), every Batch applied
-  as `Daemon._apply` does (`Parser.feed`, `Accounting.add`, `line_read`, `source_state`) followed
-  by the ingest loop's tick (`Parser.flush`, `Accounting.advance`), and finally
-  `Accounting.advance_to(end)`; in-process, so without the interpreter's start-up;
+  caught up (1 MiB reads; the compiled `_speedups.scan` finds the keyword lines in one
+  Wu-Manber pass and decodes them, `_speedups.tokenize` reads the common llama.cpp lines for
+  the parser), every Batch applied with `daemon.apply_batch` (`Parser.feed_all`,
+  `Accounting.add`, `line_read`, `source_state`) followed by the ingest loop's tick
+  (`Parser.flush`, `Accounting.advance`), and finally `Accounting.advance_to(end)`; in-process,
+  so without the interpreter's start-up;
+- ours, file source, pure Python: the same with the compiled module switched off (what a
+  machine without a C compiler at install time runs): `relevant_lines`, `LineDecoder`,
+  `parse.tokenize`;
 - ours, per-line loop: the plain baseline, `LineDecoder.decode` of every line, then
   `Parser.feed`, `Accounting.add` and `line_read`, and `advance_to(end)`;
 - mtail: Debian's `mtail --one_shot` running `bench/mtail/smllm.mtail` (requests, request seconds
@@ -41,6 +45,8 @@ error; exit 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import cProfile
 import gc
 import io
@@ -56,13 +62,17 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
+from exporter import parse
 from exporter.accounting import SECOND, Accounting
-from exporter.daemon import apply_batch
+from exporter.config import Config, FileNode
+from exporter.daemon import Daemon, apply_batch
 from exporter.kinds import DEFAULT_RULES, Kinds
 from exporter.logline import Batch
 from exporter.parse import Parser
+from exporter.sources import file as file_source
 from exporter.sources.dump import LineDecoder
 from exporter.sources.file import FileSource, relevant_lines
 
@@ -321,6 +331,44 @@ def ours_source(dump: Dump) -> tuple[Totals, list[str]]:
     return _totals(acc, dump)
 
 
+def ours_daemon(dump: Dump) -> tuple[Totals, list[str]]:
+    """The daemon itself, in-process: `Daemon.run` (its file source reading in a worker thread,
+    the ingest loop, checkpoints and /metrics rendering every second) from start until every
+    line of the dump is counted."""
+
+    async def follow(daemon: Daemon) -> None:
+        task = asyncio.create_task(daemon.run())
+        while daemon.acc.nodes[NODE].entries < dump.lines and not task.done():
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-state-") as state:
+        since = datetime.fromtimestamp(dump.first_us // SECOND, UTC).isoformat()
+        config = Config(
+            listen_host="127.0.0.1",
+            listen_port=0,
+            state_dir=Path(state),
+            since=since,
+            kinds=KINDS,
+            nodes=(FileNode(NODE, dump.path),),
+        )
+        daemon = Daemon(config)
+        asyncio.run(follow(daemon))
+    return _totals(daemon.acc, dump)
+
+
+def ours_pure(dump: Dump) -> tuple[Totals, list[str]]:
+    """`ours_source` with the compiled fast paths switched off for the run."""
+    scan, tokenize = file_source._scan, parse._fast_tokenize
+    file_source._scan, parse._fast_tokenize = None, None
+    try:
+        return ours_source(dump)
+    finally:
+        file_source._scan, parse._fast_tokenize = scan, tokenize
+
+
 def ours_per_line(dump: Dump) -> tuple[Totals, list[str]]:
     """The plain baseline: every line decoded, parsed and accounted."""
     decoder = LineDecoder(NODE)
@@ -505,6 +553,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             Tool("grep -c 'total time' (the floor)", lambda: run_grep(grep, dump.path), dump),
             mtail_tool,
             Tool("ours: file source + parse + accounting", lambda: ours_source(dump), dump),
+            Tool("ours: the daemon (Daemon.run in-process)", lambda: ours_daemon(dump), dump),
+            Tool("ours: the same, pure Python", lambda: ours_pure(dump), dump),
             Tool("ours: per-line decode + parse + accounting", lambda: ours_per_line(dump), dump),
         ]
         for k in range(max(1, args.repeat)):
@@ -522,7 +572,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"bench/ingest: one node's {dump.lines:,}-line short-iso-precise dump "
             f"({dump.size / 1e6:.1f} MB, {dump.expected.requests:,} requests), best of "
             f"{max(1, args.repeat)}, python {sys.version.split()[0]}, "
-            f"mtail {version[2] if len(version) > 2 else '?'}"
+            f"mtail {version[2] if len(version) > 2 else '?'}, compiled fast paths "
+            f"{'on' if file_source._scan is not None else 'NOT BUILT (pure Python only)'}"
         )
         print(
             f"lines: {dump.timing_lines:,} timing ({100 * dump.timing_lines / dump.lines:.4f}%; "
@@ -534,11 +585,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         startup = start_tool.best
         for line in table(tools, mtail_tool, startup, dump.lines):
             print(line)
-        ours = tools[2]
+        ours, daemon = tools[2], tools[3]  # the reading path the goal names; the daemon around it
         ratio, net = mtail_tool.best / ours.best, (mtail_tool.best - startup) / ours.best
         print(
-            f"goal >= {GOAL:.0f}x mtail: ours {ratio:.2f}x ({net:.2f}x against mtail minus its "
-            f"start-up): {'met' if min(ratio, net) >= GOAL else 'NOT met'}"
+            f"goal >= {GOAL:.0f}x mtail (file reader, parse and accounting): ours {ratio:.2f}x "
+            f"({net:.2f}x against mtail minus its start-up): "
+            f"{'met' if min(ratio, net) >= GOAL else 'NOT met'}; the whole daemon "
+            f"{mtail_tool.best / daemon.best:.2f}x"
         )
         agree = "agree" if not problems else "DISAGREE"
         print(

@@ -26,8 +26,9 @@ directory). Once every source is up (sum of smllm_source_up == nodes) and after 
 - an ingest window of `--seconds`, scraped every 15 s as Prometheus would: the exporter's CPU
   (utime + stime from /proc/PID/stat) as a share of one core, the rate of smllm_requests_total
   (≈ one a second a node) and the payload bytes sent per request (SSH framing aside);
-- then a scrape window: 100 scrapes of /metrics 0.5 s apart (urllib), their latency and the
-  exporter's CPU meanwhile (rendering /metrics for 200 nodes costs far more than ingesting).
+- then a scrape window: 100 scrapes of /metrics 0.5 s apart (urllib, gzip accepted as
+  Prometheus does), their latency and the exporter's CPU meanwhile (a snapshot is rendered, and
+  gzipped, when first scraped: here every other scrape, with Prometheus every one).
 Peak resident memory (VmRSS from /proc/PID/status) is sampled every 0.5 s over both. The ssh
 servers' CPU and the host's load average are printed too: they share the machine.
 
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import io
 import json
 import os
@@ -405,10 +407,14 @@ class Result:
 
 
 def scrape(url: str) -> Scrape:
+    """One scrape as Prometheus makes it (gzip accepted); its latency covers the body read."""
     t = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=10) as r:
-        text: str = r.read().decode()
+    request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        body: bytes = r.read()
+        zipped = r.headers.get("Content-Encoding") == "gzip"
     s = Scrape(seconds=time.perf_counter() - t)
+    text = (gzip.decompress(body) if zipped else body).decode()
     for line in text.splitlines():
         name, _, value = line.rpartition(" ")
         if name.startswith("smllm_source_up{"):
@@ -503,13 +509,10 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
         )
         log = (directory / "exporter.log").open("wb")
         profile = directory / "exporter.prof"
-        profiler = ["-m", "cProfile", "-o", str(profile)] if args.profile else []
-        exporter = subprocess.Popen(
-            [sys.executable, *profiler, "-m", "exporter", "run", "--config", str(cfg)],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        command = [sys.executable, "-m", "exporter", "run", "--config", str(cfg)]
+        if args.profile:  # this file, profiling the exporter's event loop over the ingest window
+            command = [sys.executable, __file__, "--profiled", str(profile), "--config", str(cfg)]
+        exporter = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{listen}/metrics"
         deadline = time.monotonic() + 60 + args.nodes * 0.5
         up = 0.0
@@ -534,6 +537,8 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
         # the ingest window: scraped every 15 s, as Prometheus would
         first = scrape(url)
         stats0 = server_stats(server)
+        if args.profile:
+            exporter.send_signal(signal.SIGUSR1)
         ticks0, t0 = cpu_ticks(pid), time.monotonic()
         server_ticks0 = cpu_ticks(server.pid)
         peak = rss_mb(pid)
@@ -546,6 +551,8 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
                 next_scrape += PROMETHEUS_EVERY
         last = scrape(url)
         ticks1, t1 = cpu_ticks(pid), time.monotonic()
+        if args.profile:
+            exporter.send_signal(signal.SIGUSR2)
         server_ticks1 = cpu_ticks(server.pid)
         stats1 = server_stats(server)
         window = t1 - t0
@@ -588,7 +595,8 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
         if args.profile and (directory / "exporter.prof").exists():
             out = io.StringIO()
             stats = pstats.Stats(str(directory / "exporter.prof"), stream=out)
-            stats.sort_stats("tottime").print_stats(25)
+            stats.sort_stats("tottime").print_stats(30)
+            stats.sort_stats("cumulative").print_stats(40)
             print(out.getvalue())
         if server.stdin is not None:
             server.stdin.close()
@@ -663,6 +671,24 @@ def checks(r: Result) -> list[str]:
     return problems
 
 
+def profiled(path: Path, config: str) -> int:
+    """The exporter, its event loop's thread profiled from SIGUSR1 to SIGUSR2 (the ingest
+    window; threads that render or write checkpoints are not), the profile written to `path`."""
+    import cProfile
+
+    from exporter import cli
+
+    profiler = cProfile.Profile()
+
+    def stop(*_: object) -> None:
+        profiler.disable()
+        profiler.dump_stats(path)
+
+    signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+    signal.signal(signal.SIGUSR2, stop)
+    return cli.main(["run", "--config", config])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--nodes", type=int, default=200)
@@ -671,14 +697,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--profile",
         action="store_true",
-        help="run the exporter under cProfile (its CPU figure then includes the profiler's)",
+        help="profile the exporter's event loop over the ingest window with cProfile (its CPU"
+        " figure then includes the profiler's)",
     )
+    ap.add_argument("--profiled", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
         asyncio.run(serve(args.nodes, args.dir, args.old))
         return 0
+    if args.profiled:
+        return profiled(args.profiled, args.config)
     with tempfile.TemporaryDirectory(prefix="bench-ssh-") as tmp:
         r = measure(args, Path(tmp))
     for line in table(r, args.old):

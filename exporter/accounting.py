@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from exporter.kinds import Kinds
@@ -110,6 +111,9 @@ class Snapshot:
         return sum(1 for n in self.nodes if n.in_flight)
 
 
+_STARTED, _CANCELLED = EventKind.STARTED, EventKind.CANCELLED  # (member lookups are slow)
+
+
 class Accounting:
     """Owns every number; see the module docstring."""
 
@@ -125,6 +129,7 @@ class Accounting:
     ) -> None:
         self.kinds = kinds
         self.kind_names = kinds.names
+        self._kind_of: dict[int | None, str] = {}  # token count -> kind, as the rules say
         self._kind_index = {k: i for i, k in enumerate(sorted(self.kind_names))}
         self._mix_by_mask = _mix_labels_by_mask(sorted(self.kind_names))
         self.origin_us = origin_us
@@ -139,6 +144,9 @@ class Accounting:
         self.mix_us = dict.fromkeys(kinds.mix_labels(), 0)
         # intervals reaching past the watermark: (start, end, node index, kind bit)
         self._pending: list[tuple[int, int, int, int]] = []
+        # the copies of the per-kind counters the last snapshot holds, kept until they change:
+        # successive snapshots share what did not change (and a renderer can tell by identity)
+        self._copies: dict[tuple[str, str], KindCounters] = {}
 
     def _new_node(self, newest_us: int) -> NodeState:
         zero = len(self.buckets_us) + 1
@@ -151,9 +159,10 @@ class Accounting:
 
     def add(self, rec: Record, *, count: bool = True) -> None:
         """Take one parser record. `count=False` places an interval on the timeline only."""
-        if isinstance(rec, Interval):
+        if type(rec) is Interval:
             self._interval(rec, count)
         else:
+            assert isinstance(rec, Event)
             self._event(rec)
 
     def add_all(self, recs: Iterable[Record]) -> None:
@@ -194,39 +203,53 @@ class Accounting:
         self.nodes[node].gaps += 1
 
     def _interval(self, iv: Interval, count: bool) -> None:
-        ns = self.nodes[iv.node]
-        kind = self.kinds.classify(iv.tokens)
-        if iv.slot is not None and iv.task is not None:
-            ns.in_flight.pop((iv.slot, iv.task), None)
+        node, start_us, end_us, tokens, p_tokens, g_tokens, p_us, g_us, slot, task, _ = iv
+        ns = self.nodes[node]
+        kind = self._kind_of.get(tokens)
+        if kind is None:  # a token count not seen before: the rules decide once
+            kind = self._kind_of[tokens] = self.kinds.classify(tokens)
+        if slot is not None and task is not None and ns.in_flight:
+            ns.in_flight.pop((slot, task), None)
         if count:
+            duration_us = end_us - start_us
             c = ns.kinds[kind]
+            if self._copies:
+                self._copies.pop((node, kind), None)
             c.requests += 1
-            c.request_us += iv.duration_us
-            c.tokens += iv.tokens or 0
-            c.prompt_tokens += iv.prompt_tokens or 0
-            c.generated_tokens += iv.generated_tokens or 0
-            c.prompt_us += iv.prompt_us or 0
-            c.generation_us += iv.generation_us or 0
-            c.buckets[bisect.bisect_left(self.buckets_us, iv.duration_us)] += 1
-            if ns.last_end_us is None or iv.end_us > ns.last_end_us:
-                ns.last_end_us = iv.end_us
-        start = max(iv.start_us, self.origin_us)
-        if start < self.watermark_us and count:
-            ns.late += 1
-        start = max(start, self.watermark_us)
-        if iv.end_us > start:
+            c.request_us += duration_us
+            if tokens:
+                c.tokens += tokens
+            if p_tokens:
+                c.prompt_tokens += p_tokens
+            if g_tokens:
+                c.generated_tokens += g_tokens
+            if p_us:
+                c.prompt_us += p_us
+            if g_us:
+                c.generation_us += g_us
+            c.buckets[bisect.bisect_left(self.buckets_us, duration_us)] += 1
+            if ns.last_end_us is None or end_us > ns.last_end_us:
+                ns.last_end_us = end_us
+        start = start_us if start_us > self.origin_us else self.origin_us
+        watermark = self.watermark_us
+        if start < watermark:
+            if count:
+                ns.late += 1
+            start = watermark
+        if end_us > start:
             bit = 1 << self._kind_index[kind]
-            self._pending.append((start, iv.end_us, self._node_index[iv.node], bit))
+            self._pending.append((start, end_us, self._node_index[node], bit))
 
     def _event(self, ev: Event) -> None:
         ns = self.nodes[ev.node]
-        if ev.kind is EventKind.STARTED and ev.slot is not None and ev.task is not None:
+        kind = ev.kind
+        if kind is _STARTED and ev.slot is not None and ev.task is not None:
             ns.start_lines = True
             ns.in_flight[(ev.slot, ev.task)] = ev.time_us
-        elif ev.kind is EventKind.CANCELLED and ev.slot is not None and ev.task is not None:
+        elif kind is _CANCELLED and ev.slot is not None and ev.task is not None:
             ns.in_flight.pop((ev.slot, ev.task), None)
             ns.cancelled += 1
-        elif ev.kind is EventKind.RESTART:
+        elif kind is EventKind.RESTART:
             ns.aborted += len(ns.in_flight)
             ns.in_flight.clear()
             ns.restarts += 1
@@ -319,10 +342,12 @@ class Accounting:
     # -- output -----------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        """The figures now. Snapshots share the per-kind counters that did not change between
+        them: never change a snapshot."""
         nodes = tuple(
             NodeSnapshot(
                 name=name,
-                kinds={k: c.copy() for k, c in ns.kinds.items()},
+                kinds={k: self._copy(name, k, c) for k, c in ns.kinds.items()},
                 busy_us=ns.busy_us,
                 in_flight=len(ns.in_flight),
                 oldest_in_flight_us=min(ns.in_flight.values()) if ns.in_flight else None,
@@ -348,6 +373,12 @@ class Accounting:
             mix_us=dict(self.mix_us),
             watermark_us=self.watermark_us,
         )
+
+    def _copy(self, node: str, kind: str, c: KindCounters) -> KindCounters:
+        copy = self._copies.get((node, kind))
+        if copy is None:
+            copy = self._copies[node, kind] = c.copy()
+        return copy
 
 
 def _mix_labels_by_mask(sorted_kinds: Sequence[str]) -> list[str]:
@@ -384,6 +415,10 @@ _KIND_COUNTERS = (
 )
 
 
+_node_counters = attrgetter(*_NODE_COUNTERS)
+_kind_counters = attrgetter(*_KIND_COUNTERS)
+
+
 def state_of(acc: Accounting) -> dict[str, Any]:
     """Every number `acc` holds (not what its sources are doing now), as JSON-ready values."""
     kinds_by_bit = {1 << i: k for i, k in enumerate(sorted(acc.kind_names))}
@@ -397,13 +432,10 @@ def state_of(acc: Accounting) -> dict[str, Any]:
         "pending": [[s, e, acc.node_names[n], kinds_by_bit[bit]] for s, e, n, bit in acc._pending],
         "nodes": {
             name: {
-                **{f: getattr(ns, f) for f in _NODE_COUNTERS},
+                **dict(zip(_NODE_COUNTERS, _node_counters(ns), strict=True)),
                 "start_lines": ns.start_lines,
                 "in_flight": [[slot, task, t] for (slot, task), t in ns.in_flight.items()],
-                "kinds": {
-                    k: [*(getattr(c, f) for f in _KIND_COUNTERS), c.buckets]
-                    for k, c in ns.kinds.items()
-                },
+                "kinds": {k: [*_kind_counters(c), c.buckets] for k, c in ns.kinds.items()},
             }
             for name, ns in acc.nodes.items()
         },
@@ -451,6 +483,7 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
                     c.buckets = [int(b) for b in values[len(_KIND_COUNTERS)]]
     for name in acc.nodes.keys() - state["nodes"].keys():
         notes.append(f"node {name} is new: it starts at `since`")
+    acc._copies.clear()
     catch_all = acc.kinds.classify(None)
     for s, e, name, kind in state["pending"]:
         if name in acc.nodes:

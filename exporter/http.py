@@ -1,4 +1,9 @@
-"""A small asyncio HTTP server: /metrics from memory, /-/healthy, /-/ready, and an index page."""
+"""A small asyncio HTTP server: /metrics from memory, /-/healthy, /-/ready, and an index page.
+
+A published snapshot is rendered when the first scrape asks for it, and gzipped when the first
+scrape that accepts gzip does (in a worker thread: other requests are answered meanwhile), then
+served from memory.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.collector import CONTENT_TYPE, Exposition
+from exporter.collector import CONTENT_TYPE, Published
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +35,7 @@ _INDEX = (
 class Pages:
     """What the server shows; the daemon swaps `metrics` in and sets `ready`."""
 
-    metrics: Exposition | None = None
+    metrics: Published | None = None
     ready: Callable[[], bool] = lambda: False
 
 
@@ -58,7 +63,7 @@ class HttpServer:
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            status, ctype, body, extra = self._answer(head)
+            status, ctype, body, extra = await self._answer(head)
             method = head.split(b" ", 1)[0]
             headers = [
                 f"HTTP/1.1 {status} {_REASONS[status]}",
@@ -85,7 +90,7 @@ class HttpServer:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await writer.wait_closed()
 
-    def _answer(self, head: bytes) -> tuple[int, str, bytes, list[str]]:
+    async def _answer(self, head: bytes) -> tuple[int, str, bytes, list[str]]:
         request_line, _, header_text = head.partition(b"\r\n")
         parts = request_line.split(b" ")
         if len(parts) != 3:
@@ -94,12 +99,14 @@ class HttpServer:
         if method not in (b"GET", b"HEAD"):
             return 405, "text/plain", b"only GET and HEAD\n", ["Allow: GET, HEAD"]
         if target == b"/metrics":
-            page = self.pages.metrics
-            if page is None:
+            published = self.pages.metrics
+            if published is None:
                 return 503, "text/plain", b"no snapshot yet\n", []
-            if b"gzip" in _header(header_text, b"accept-encoding"):
-                return 200, CONTENT_TYPE, page.gzipped, ["Content-Encoding: gzip"]
-            return 200, CONTENT_TYPE, page.body, []
+            gzipped = b"gzip" in _header(header_text, b"accept-encoding")
+            body = published.ready(gzipped)
+            if body is None:
+                body = await asyncio.to_thread(published.body, gzipped)
+            return 200, CONTENT_TYPE, body, ["Content-Encoding: gzip"] if gzipped else []
         if target == b"/-/healthy":
             return 200, "text/plain", b"OK\n", []
         if target == b"/-/ready":

@@ -10,6 +10,7 @@ reads a clock: time passes only through the journal times of the lines it is fed
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,8 @@ KEYWORDS = (
     b"eval time",
     b"print_timing",
     b"launch_slot_",
-    b"release",
+    b"stop processing",
+    b"slot released",
     b"slot is processing task",
 )
 
@@ -45,7 +47,18 @@ _SLOT_TASK_B = re.compile(
 
 
 class ParseError(ValueError):
-    """A line that looks like a timing line but does not parse."""
+    """A line that looks like a timing line but does not parse; `total` for a total line (it
+    ends the block it belongs to)."""
+
+    def __init__(self, why: str, *, total: bool = False) -> None:
+        super().__init__(why)
+        self.total = total
+
+
+# What `tokenize` makes of a line: (kind, slot, task, microseconds, count), where kind is one of
+# these; slot and task where the line names them; microseconds and count for the timing lines.
+OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE = range(7)  # (PROMPT, EVAL adjacent)
+Token = tuple[int, int | None, int | None, int | None, int | None]
 
 
 def ms_to_us(text: str) -> int:
@@ -86,42 +99,76 @@ class _Block:
         )
 
 
+_NO_BLOCK = _Block()  # the block before any of its lines came (shared; never changed)
+_STARTED = EventKind.STARTED
+_new = tuple.__new__
+
+
 @dataclass(slots=True)
 class Parser:
     """Turns one node's lines into `Interval`s and `Event`s; see the module docstring."""
 
     node: str
     pid: int = 0  # the llama-server PID seen last, 0 before the first recognised line
-    block: _Block = field(default_factory=_Block)
+    block: _Block = field(default_factory=lambda: _NO_BLOCK)
     pending_stops: dict[tuple[int, int], int] = field(default_factory=dict)  # (slot, task) -> t
     last_timed: dict[int, int] = field(default_factory=dict)  # slot -> task of its last block
     started: dict[tuple[int, int], int] = field(default_factory=dict)  # launched, not yet ended
 
     def feed(self, line: LogLine) -> list[Record]:
         """Parse one line; returns what it completes (often nothing)."""
-        msg = line.message
+        return self.feed_all((line,))
+
+    def feed_all(self, lines: Iterable[LogLine]) -> list[Record]:
+        """Parse lines in order; returns what they complete, in order. (One loop for a whole
+        batch: this is the hot path of every source.)"""
         out: list[Record] = []
-        if self.pending_stops:
-            self._expire(line.time_us, out)
-        kind = _classify(msg)
-        if kind is None:
-            return out
-        if line.pid and line.pid != self.pid:
-            if self.pid:
-                self._restart(line, out)
-            self.pid = line.pid
-        try:
-            if kind == "total":
-                out.append(self._total(line))
-            elif kind == "component":
-                self._component(msg)
-            elif kind == "slot":
-                self._slot_line(line, out)
-            else:  # era B start/stop
-                self._era_b_slot_line(line, out)
-        except ParseError as e:
-            self.block = _Block() if kind == "total" else self.block
-            out.append(self._error(line, str(e)))
+        fast = _fast_tokenize
+        started = self.started
+        for line in lines:
+            if self.pending_stops:
+                self._expire(line.time_us, out)
+            msg = line.message
+            try:
+                token = fast(msg) if fast is not None else None
+                if token is None:
+                    token = tokenize(msg)
+                    if token is None:
+                        continue
+            except ParseError as e:
+                self._same_server(line, out)
+                if e.total:
+                    self.block = _NO_BLOCK
+                out.append(self._error(line, str(e)))
+                continue
+            if line.pid != self.pid and line.pid:
+                self._same_server(line, out)
+                started = self.started  # a restart starts afresh
+            kind, slot, task, us, count = token
+            # the kinds by how often they come: two component lines a request, then the rest
+            if PROMPT <= kind <= EVAL:
+                self._component(kind, slot, task, us, count)
+            elif kind == TOTAL:
+                out.append(self._total(line, slot, task, us, count))
+            elif kind == LAUNCH:
+                assert slot is not None and task is not None
+                if self.pending_stops:
+                    self._cancel_stops_of(slot, out)
+                started[(slot, task)] = line.time_us
+                if len(started) > MAX_STARTED:  # launches whose end never came: forget oldest
+                    del started[next(iter(started))]
+                out.append(
+                    _new(Event, (self.node, line.time_us, _STARTED, line.pid, slot, task, ""))
+                )
+            elif kind == RELEASE:
+                # A stop is a cancel only for a request whose launch was seen and whose timing
+                # block has not come (a stop after its own block, or of a request launched
+                # before the journal was read, is none).
+                assert slot is not None and task is not None
+                if (slot, task) in started and self.last_timed.get(slot) != task:
+                    self.pending_stops[(slot, task)] = line.time_us
+            elif kind == HEADER:
+                self.block = _Block(slot=slot, task=task)  # era C: the block follows
         return out
 
     def flush(self, until_us: int) -> list[Record]:
@@ -131,109 +178,75 @@ class Parser:
             self._expire(until_us, out)
         return out
 
-    # -- the kinds of line ------------------------------------------------------------------
+    # -- what each kind of line does --------------------------------------------------------------
 
-    def _total(self, line: LogLine) -> Interval:
-        msg = line.message
-        m = _TOTAL.search(msg)
-        if m is None:
-            raise ParseError("a total time line without `= N ms`")
-        total_us = ms_to_us(m.group(1))
-        tokens = _count(m.group(2)) if m.group(2) is not None else None
-        slot, task = _ids(msg)
+    def _same_server(self, line: LogLine, out: list[Record]) -> None:
+        if line.pid and line.pid != self.pid:
+            if self.pid:
+                self._restart(line, out)
+            self.pid = line.pid
+
+    def _total(
+        self, line: LogLine, slot: int | None, task: int | None, us: int | None, tokens: int | None
+    ) -> Interval:
+        assert us is not None
         block = self.block
-        self.block = _Block()
-        if not block.matches(slot, task):
-            block = _Block()
-        slot = slot if slot is not None else block.slot
-        task = task if task is not None else block.task
-        if (
-            tokens is None
-            and block.prompt_tokens is not None
-            and block.generated_tokens is not None
-        ):
-            tokens = block.prompt_tokens + block.generated_tokens
+        if block is not _NO_BLOCK:
+            self.block = _NO_BLOCK
+            if not block.matches(slot, task):
+                block = _NO_BLOCK
+            if slot is None:
+                slot = block.slot
+            if task is None:
+                task = block.task
+            if (
+                tokens is None
+                and block.prompt_tokens is not None
+                and block.generated_tokens is not None
+            ):
+                tokens = block.prompt_tokens + block.generated_tokens
         if slot is not None and task is not None:
-            self.pending_stops.pop((slot, task), None)
+            if self.pending_stops:
+                self.pending_stops.pop((slot, task), None)
             self.started.pop((slot, task), None)
             self.last_timed[slot] = task
-        return Interval(
-            node=self.node,
-            start_us=line.time_us - total_us,
-            end_us=line.time_us,
-            tokens=tokens,
-            prompt_tokens=block.prompt_tokens,
-            generated_tokens=block.generated_tokens,
-            prompt_us=block.prompt_us,
-            generation_us=block.generation_us,
-            slot=slot,
-            task=task,
-            pid=line.pid,
+        # tuple.__new__ is what the NamedTuple's own __new__ calls, without its Python frame
+        return _new(
+            Interval,
+            (
+                self.node,
+                line.time_us - us,  # start
+                line.time_us,  # end
+                tokens,
+                block.prompt_tokens,
+                block.generated_tokens,
+                block.prompt_us,
+                block.generation_us,
+                slot,
+                task,
+                line.pid,
+            ),
         )
 
-    def _component(self, msg: str) -> None:
-        slot, task = _ids(msg)
-        if not self.block.matches(slot, task):
-            self.block = _Block()
+    def _component(
+        self, kind: int, slot: int | None, task: int | None, us: int | None, count: int | None
+    ) -> None:
+        block = self.block
+        if block is _NO_BLOCK or not block.matches(slot, task):
+            block = self.block = _Block()  # _NO_BLOCK itself is never changed
         if slot is not None:
-            self.block.slot, self.block.task = slot, task
-        m = _PROMPT.search(msg)
-        if m is not None:
-            self.block.prompt_us, self.block.prompt_tokens = (
-                ms_to_us(m.group(1)),
-                _count(m.group(2)),
-            )
-            return
-        m = _EVAL.search(msg)
-        if m is None:
-            raise ParseError("an eval time line without `= N ms / N tokens`")
-        self.block.generation_us, self.block.generated_tokens = (
-            ms_to_us(m.group(1)),
-            _count(m.group(2)),
-        )
-
-    def _slot_line(self, line: LogLine, out: list[Record]) -> None:
-        m = _SLOT_TASK.search(line.message)
-        if m is None:
-            return
-        slot, task, rest = int(m.group(1)), int(m.group(2)), line.message[m.end() :]
-        if task < 0:
-            return
-        if "print_timing" in line.message and not rest.strip():
-            self.block = _Block(slot=slot, task=task)  # era C header: the block follows
-        elif "launch_slot_" in line.message and "processing task" in rest:
-            self._started(line, slot, task, out)
-        elif "release" in line.message and "stop processing" in rest:
-            self._stopped(line, slot, task)
-
-    def _era_b_slot_line(self, line: LogLine, out: list[Record]) -> None:
-        m = _SLOT_TASK_B.search(line.message)
-        if m is None:
-            return
-        slot, task = int(m.group(1)), int(m.group(2))
-        if task < 0:
-            return
-        if "slot is processing task" in line.message:
-            self._started(line, slot, task, out)
+            block.slot, block.task = slot, task
+        if kind == PROMPT:
+            block.prompt_us, block.prompt_tokens = us, count
         else:
-            self._stopped(line, slot, task)
+            block.generation_us, block.generated_tokens = us, count
 
     # -- starts, stops, restarts ----------------------------------------------------------------
 
-    def _started(self, line: LogLine, slot: int, task: int, out: list[Record]) -> None:
+    def _cancel_stops_of(self, slot: int, out: list[Record]) -> None:
+        """A new launch on `slot`: its stopped requests that got no timing block were cancelled."""
         for key in [k for k in self.pending_stops if k[0] == slot]:
             out.append(self._cancel(key, self.pending_stops.pop(key)))
-        self.started[(slot, task)] = line.time_us
-        if len(self.started) > MAX_STARTED:  # launches whose end never came: forget the oldest
-            del self.started[next(iter(self.started))]
-        out.append(Event(self.node, line.time_us, EventKind.STARTED, line.pid, slot, task))
-
-    def _stopped(self, line: LogLine, slot: int, task: int) -> None:
-        # A stop is a cancel only for a request whose launch was seen and whose timing block
-        # has not come (a stop after its own block, or of a request launched before the
-        # journal was read, is none).
-        if (slot, task) in self.started and self.last_timed.get(slot) != task:
-            self.pending_stops[(slot, task)] = line.time_us
 
     def _expire(self, now_us: int, out: list[Record]) -> None:
         for key, t in list(self.pending_stops.items()):
@@ -257,7 +270,7 @@ class Parser:
                 detail=f"llama-server PID {self.pid} -> {line.pid}",
             )
         )
-        self.block, self.pending_stops, self.last_timed, self.started = _Block(), {}, {}, {}
+        self.block, self.pending_stops, self.last_timed, self.started = _NO_BLOCK, {}, {}, {}
 
     def _error(self, line: LogLine, why: str) -> Event:
         return Event(
@@ -297,6 +310,67 @@ class Parser:
         return p
 
 
+def tokenize(msg: str) -> Token | None:
+    """What one message says, without context: None for a line the parser does not use, a
+    Token, or ParseError for a timing line that does not parse. Pure; the reference for the
+    compiled `_speedups.tokenize`, which gives the same Token for the common shapes of eras C
+    and D and None for anything else."""
+    kind = _classify(msg)
+    if kind is None:
+        return None
+    if kind == "total":
+        m = _TOTAL.search(msg)
+        if m is None:
+            raise ParseError("a total time line without `= N ms`", total=True)
+        try:
+            us = ms_to_us(m.group(1))
+            tokens = _count(m.group(2)) if m.group(2) is not None else None
+        except ParseError as e:
+            raise ParseError(str(e), total=True) from None
+        return (TOTAL, *_ids(msg), us, tokens)
+    if kind == "component":
+        slot, task = _ids(msg)
+        m = _PROMPT.search(msg)
+        if m is not None:
+            return (PROMPT, slot, task, ms_to_us(m.group(1)), _count(m.group(2)))
+        m = _EVAL.search(msg)
+        if m is None:
+            raise ParseError("an eval time line without `= N ms / N tokens`")
+        return (EVAL, slot, task, ms_to_us(m.group(1)), _count(m.group(2)))
+    if kind == "slot":
+        m = _SLOT_TASK.search(msg)
+        if m is None:
+            return (OTHER, None, None, None, None)
+        slot, task, rest = int(m.group(1)), int(m.group(2)), msg[m.end() :]
+        if task < 0:
+            return (OTHER, None, None, None, None)
+        if "print_timing" in msg and not rest.strip():
+            return (HEADER, slot, task, None, None)
+        if "launch_slot_" in msg and "processing task" in rest:
+            return (LAUNCH, slot, task, None, None)
+        if "release" in msg and "stop processing" in rest:
+            return (RELEASE, slot, task, None, None)
+        return (OTHER, None, None, None, None)
+    m = _SLOT_TASK_B.search(msg)  # era B start or stop
+    if m is None or int(m.group(2)) < 0:
+        return (OTHER, None, None, None, None)
+    kind_b = LAUNCH if "slot is processing task" in msg else RELEASE
+    return (kind_b, int(m.group(1)), int(m.group(2)), None, None)
+
+
+def _compiled_tokenize() -> Callable[[str], Token | None] | None:
+    """The compiled tokenizer for the common lines (setup.py builds it wherever a C compiler
+    is); without it `tokenize` does all the work."""
+    try:
+        from exporter._speedups import tokenize as compiled
+    except ImportError:  # pragma: no cover - CI insists on the compiled module
+        return None
+    return compiled
+
+
+_fast_tokenize = _compiled_tokenize()
+
+
 def _classify(msg: str) -> str | None:
     """Which kind of line this may be, by cheap substring tests; None for the rest."""
     if "time" in msg:
@@ -305,7 +379,7 @@ def _classify(msg: str) -> str | None:
         if "eval time" in msg:
             return "component"
     if " | task " in msg:
-        if "print_timing" in msg or "launch_slot_" in msg or "release" in msg:
+        if "print_timing" in msg or "launch_slot_" in msg or "stop processing" in msg:
             return "slot"
     elif "slot is processing task" in msg or "slot released" in msg:
         return "slot_b"

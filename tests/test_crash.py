@@ -536,7 +536,7 @@ def count_lines(paths: Mapping[str, Path]) -> dict[str, int]:
 
 # -- 1. SIGKILL at many points while a large dump is read and lines keep coming ---------------
 
-BACKLOG_HOURS = 40  # ~115k lines a node: a backlog that takes the daemon several seconds
+BACKLOG_HOURS = 120  # ~345k lines a node: a backlog that takes the daemon a few seconds
 LIVE_SECONDS = 25
 MIN_KILLS = 12
 

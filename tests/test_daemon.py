@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -15,12 +16,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter import __version__, report
-from exporter.accounting import SECOND
+from exporter.accounting import SECOND, Accounting, Snapshot
+from exporter.collector import Exposition, Published, Renderer, SnapshotCollector
 from exporter.config import Config, FileNode
 from exporter.daemon import Daemon
 from exporter.demo import NODES, node_lines, short_iso
+from exporter.kinds import DEFAULT_RULES, Kinds
+from exporter.logline import Event, EventKind, Interval
 from exporter.sources.dump import read_dump
 
 from conftest import (
@@ -382,3 +387,141 @@ def test_demo_shows_counters_moving(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=10)
     assert proc.returncode == 0
+
+
+# -- /metrics, rendered: the text equals prometheus_client's, made only when scraped -------------
+
+
+def _rich_accounting() -> tuple[Accounting, list[str]]:
+    names = [f"node{i:02d}" for i in range(12)] + ['we"ird\\no\nde']
+    acc = Accounting(names, Kinds(DEFAULT_RULES), origin_us=START)
+    return acc, names
+
+
+def _traffic(acc: Accounting, names: list[str], rng: random.Random, n: int, t_us: int) -> int:
+    for _ in range(n):
+        t_us += rng.randrange(1, 3 * SECOND)
+        node = names[rng.randrange(len(names))]
+        if rng.random() < 0.2:
+            acc.add(Event(node, t_us, EventKind.STARTED, slot=0, task=t_us))
+        else:
+            duration = rng.randrange(1, 700 * SECOND)  # some past the last bucket
+            acc.add(
+                Interval(
+                    node,
+                    t_us - duration,
+                    t_us,
+                    tokens=rng.choice([None, rng.randrange(1, 2000)]),
+                    prompt_tokens=rng.randrange(100),
+                    generated_tokens=rng.randrange(100),
+                    prompt_us=rng.randrange(10**6),
+                    generation_us=rng.randrange(10**8),
+                )
+            )
+        acc.line_read(node, t_us, rng.randrange(1, 3_000_000))
+    acc.source_state(names[0], up=True, caught_up=False, now_us=t_us, lag_us=1_234_567)
+    acc.advance(t_us - 30 * SECOND)
+    return t_us
+
+
+def _reference(snap: Snapshot, errors: int) -> str:
+    collector = SnapshotCollector("1.2.3")
+    collector.snapshot, collector.checkpoint_errors = snap, errors
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
+def test_rendered_text_equals_prometheus_client_render() -> None:
+    """The text written directly is, byte for byte, what prometheus_client's generate_latest
+    makes of the SnapshotCollector, render after render as values change (or do not)."""
+    acc, names = _rich_accounting()
+    rng = random.Random(7)
+    renderer = Renderer("1.2.3")
+    t = START
+    for n in (0, 1, 500, 0, 3, 2000):
+        t = _traffic(acc, names, rng, n, t)
+        snap = acc.snapshot()
+        assert renderer.text(snap, n) == _reference(snap, n)
+    body = renderer.render(snap, 5).body.decode()
+    assert body.startswith(_reference(snap, 5)) and "process_cpu_seconds_total" in body
+    other = Accounting(names[:3], Kinds(DEFAULT_RULES), origin_us=START)  # another shape
+    assert renderer.text(other.snapshot()) == _reference(other.snapshot(), 0)
+
+
+def test_snapshots_share_the_counters_that_did_not_change() -> None:
+    acc, names = _rich_accounting()
+    _traffic(acc, names, random.Random(3), 300, START)
+    before = acc.snapshot()
+    kinds = {
+        (n.name, k): (c.requests, c.tokens, list(c.buckets))
+        for n in before.nodes
+        for k, c in n.kinds.items()
+    }
+    end = START + 10**6 * SECOND
+    acc.add(Interval(names[1], end - SECOND, end, tokens=700))  # extraction on node01
+    after = acc.snapshot()
+    for n_before, n_after in zip(before.nodes, after.nodes, strict=True):
+        for k, c in n_before.kinds.items():
+            assert (c.requests, c.tokens, list(c.buckets)) == kinds[n_before.name, k]
+            changed = (n_before.name, k) == (names[1], "extraction")
+            assert (n_after.kinds[k] is c) != changed
+    assert (
+        after.nodes[1].kinds["extraction"].requests
+        == before.nodes[1].kinds["extraction"].requests + 1
+    )
+
+
+def test_a_snapshot_is_rendered_when_scraped_and_ahead_only_for_a_frequent_scraper() -> None:
+    acc, names = _rich_accounting()
+    renderer = Renderer("1.2.3")
+    _traffic(acc, names, random.Random(5), 50, START)
+    first = Published(renderer, acc.snapshot(), 0)
+    assert first.plain is None and first.ready(gzipped=False) is None  # nothing made yet
+    assert first.body(gzipped=True) == first.ready(gzipped=True)
+    assert gzip.decompress(first.body(gzipped=True)) == first.plain
+    assert first.plain is not None and first.plain.startswith(
+        _reference(first.snapshot, 0).encode()
+    )
+    second = Published(renderer, acc.snapshot(), 0)
+    second.prepare_like(first)  # `first` was scraped (gzipped): `second` made ahead
+    assert second.plain is not None and second.gzipped is not None and second.scraped is None
+    third = Published(renderer, acc.snapshot(), 0)
+    third.prepare_like(second)  # made ahead, never scraped: nothing made
+    assert third.plain is None and third.gzipped is None
+
+
+class HeldRenderer(Renderer):
+    """A renderer whose renders wait until the test lets them finish."""
+
+    def __init__(self) -> None:
+        super().__init__("1.2.3")
+        self.started, self.go = threading.Event(), threading.Event()
+
+    def render(self, snapshot: Snapshot, checkpoint_errors: int = 0) -> Exposition:
+        self.started.set()
+        assert self.go.wait(10)
+        return super().render(snapshot, checkpoint_errors)
+
+
+def test_while_a_snapshot_is_made_ahead_scrapes_get_the_one_before() -> None:
+    acc, names = _rich_accounting()
+    renderer = HeldRenderer()
+    renderer.go.set()
+    _traffic(acc, names, random.Random(6), 50, START)
+    first = Published(renderer, acc.snapshot(), 0)
+    old = first.body(gzipped=False)  # scraped
+    renderer.go.clear()
+    renderer.started.clear()
+    second = Published(renderer, acc.snapshot(), 1, first)
+    ahead = threading.Thread(target=second.prepare_like, args=(first,))
+    ahead.start()
+    assert renderer.started.wait(10)
+    assert second.ready(gzipped=False) == old  # being made: the one before, at once
+    assert second.ready(gzipped=True) is None  # the one before has no gzipped body
+    renderer.go.set()
+    ahead.join(10)
+    new = second.ready(gzipped=False)
+    assert new is not None and new != old and b"smllm_checkpoint_errors_total 1.0" in new
+    third = Published(renderer, acc.snapshot(), 2, second)
+    assert third.ready(gzipped=False) is None  # not being made: nothing to show in its place

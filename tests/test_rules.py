@@ -31,8 +31,8 @@ EXAMPLE_CONFIG = PROMETHEUS / "prometheus.yml"
 GRAFANA = REPO / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "sm-llm-exporter.json"
 PROVISIONING = GRAFANA / "provisioning"
-# The alerts' README text; deploy/MONITORING.md until it is merged into README.md.
-DOCS = [REPO / "README.md", REPO / "deploy" / "MONITORING.md"]
+# Where the alerts are explained.
+DOCS = [REPO / "README.md"]
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SEVERITIES = {"info", "warning", "critical"}

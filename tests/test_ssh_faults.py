@@ -41,9 +41,10 @@ from exporter.config import Config, SshNode
 from exporter.daemon import Daemon
 from exporter.demo import node_lines
 from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.logline import LogLine
+from exporter.logline import Batch, LogLine
+from exporter.parse import KEYWORDS
 from exporter.sources.dump import DumpLineError, LineDecoder
-from exporter.sources.ssh import FIELDS, GREP
+from exporter.sources.ssh import FIELDS, GREP, SshSource, _plain
 
 from conftest import Samples, free_port, http_get, parse_metrics, sample, wait_for
 
@@ -497,7 +498,7 @@ def truth(items: list[Item], node: str, since_us: int) -> list[LogLine | Excepti
     return out
 
 
-KEYWORDS_TEXT = ("total time", "eval time", "print_timing", "launch_slot_", "release", "slot is")
+KEYWORDS_TEXT = tuple(k.decode() for k in KEYWORDS)  # what the remote --grep lets through
 
 
 # -- the scraper ---------------------------------------------------------------------------------
@@ -750,7 +751,7 @@ GARBAGE = [
     b"\x00\xff\xfe garbage with total time = 12 ms in it",
     b'{"MESSAGE": "prompt eval time = 1.0 ms / 2 tokens"}',  # no __REALTIME_TIMESTAMP
     b'["print_timing", 1, 2]',
-    b'{"__REALTIME_TIMESTAMP": "soon", "MESSAGE": "release"}',
+    b'{"__REALTIME_TIMESTAMP": "soon", "MESSAGE": "slot released"}',
     b"plain noise without any keyword",  # not even looked at
     b"",
 ]
@@ -880,3 +881,139 @@ def test_daemon_killed_with_sigkill_mid_stream(fake: FakeNode, tmp_path: Path) -
     assert len(follows) == 3 and all("--after-cursor" in c for c in follows[1:]), follows
     log = (tmp_path / "daemon.log").read_text(errors="replace")
     assert "Traceback" not in log, log[-3000:]
+
+
+class CountingQueue(asyncio.Queue[Batch]):
+    """A queue that counts the batches it refused for being full."""
+
+    refused = 0
+
+    def put_nowait(self, item: Batch) -> None:
+        try:
+            super().put_nowait(item)
+        except asyncio.QueueFull:
+            self.refused += 1
+            raise
+
+
+def test_a_full_queue_holds_the_stream_back_and_loses_nothing(
+    fake: FakeNode, tmp_path: Path
+) -> None:
+    """A source whose queue is full holds its batch and stops reading (the node waits) until
+    there is room: every line of a backlog (1.3 MB) and of what follows arrives once, in
+    order."""
+    now = now_us()
+    since = now - 400 * MINUTE
+    journal = Journal()
+    fake.append(journal.items(14, since, since + 390 * MINUTE))
+    later = journal.items(15, now + 10 * MINUTE, now + 20 * MINUTE)
+    node = ssh_node(fake, tmp_path)
+
+    async def follow() -> tuple[list[LogLine], int, str, int]:
+        queue = CountingQueue(1)
+        task = asyncio.create_task(SshSource(node, since_us=since).run(queue))
+        lines: list[LogLine] = []
+        entries, position, appended = 0, "", False
+        try:
+            async with asyncio.timeout(60):
+                while not queue.refused:  # the first batch fills it: the next one is held
+                    await asyncio.sleep(0.01)
+                while not (appended and entries == served_count(fake.items)):
+                    batch = await queue.get()
+                    assert batch.up and not batch.errors, batch
+                    lines += batch.lines
+                    entries += batch.entries
+                    position = batch.position or position
+                    if not appended and entries == served_count(fake.items):
+                        await asyncio.to_thread(fake.append, later)  # now following
+                        appended = True
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        return lines, entries, position, queue.refused
+
+    lines, entries, position, refused = asyncio.run(follow())
+    items: list[Item] = fake.get("items")
+    o = Options(unit=UNIT, fields=FIELDS.split(","), grep=re.compile(GREP), follow=True)
+    selector = FakeNode.__new__(FakeNode)
+    selector.items = items
+    served = [it.entry for _, it in selector._select(o, 0) if it.entry is not None]
+    assert refused > 0, "the queue was never full: nothing was held"
+    assert entries == len(served)
+    assert lines == [
+        LogLine("a", int(e["__REALTIME_TIMESTAMP"]), e["__CURSOR"], int(e["_PID"]), e["MESSAGE"])
+        for e in served
+        if int(e["__REALTIME_TIMESTAMP"]) >= since
+    ]
+    assert position == served[-1]["__CURSOR"]
+
+
+def _entry_line(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+CURSOR = "s=fake;i=1f;b=boot;m=1f;t=5e0f1a2b3c4d5;x=1f"
+PLAIN = {
+    "as journalctl writes it": _entry_line(
+        __CURSOR=CURSOR,
+        __REALTIME_TIMESTAMP="1790000000123456",
+        __MONOTONIC_TIMESTAMP="31",
+        _BOOT_ID="boot",
+        _PID="4242",
+        MESSAGE="slot print_timing: id  0 | task 7 | total time = 1.00 ms / 3 tokens",
+    ),
+    "escapes and non-ASCII": _entry_line(
+        __CURSOR=CURSOR,
+        __REALTIME_TIMESTAMP="1790000000123456",
+        _PID="1",
+        MESSAGE='é "total time"\n\t\\ \u2028',
+    ),
+    "every field": json.dumps(entry(3, 1_790_000_000_000_001, 77, "release").entry).encode(),
+}
+UNUSUAL = {
+    "no _PID, a SYSLOG_PID": _entry_line(
+        __CURSOR=CURSOR, __REALTIME_TIMESTAMP="1", SYSLOG_PID="9", MESSAGE="release"
+    ),
+    "an empty _PID": _entry_line(__CURSOR=CURSOR, __REALTIME_TIMESTAMP="1", _PID="", MESSAGE="m"),
+    "a PID that is no number": _entry_line(
+        __CURSOR=CURSOR, __REALTIME_TIMESTAMP="1", _PID="12x", MESSAGE="m"
+    ),
+    "a PID as a number": _entry_line(
+        __CURSOR=CURSOR, __REALTIME_TIMESTAMP="1", _PID=12, MESSAGE="m"
+    ),
+    "a time as a number": _entry_line(
+        __CURSOR=CURSOR, __REALTIME_TIMESTAMP=1, _PID="1", MESSAGE="m"
+    ),
+    "a signed time": _entry_line(__CURSOR=CURSOR, __REALTIME_TIMESTAMP="+1", _PID="1", MESSAGE="m"),
+    "non-ASCII digits": _entry_line(
+        __CURSOR=CURSOR, __REALTIME_TIMESTAMP="\u0661\u0662", _PID="1", MESSAGE="m"
+    ),
+    "a time that is no number": _entry_line(
+        __CURSOR=CURSOR, __REALTIME_TIMESTAMP="soon", _PID="1", MESSAGE="m"
+    ),
+    "no cursor": _entry_line(__REALTIME_TIMESTAMP="1", _PID="1", MESSAGE="m"),
+    "a MESSAGE of bytes": _entry_line(
+        __CURSOR=CURSOR, __REALTIME_TIMESTAMP="1", _PID="1", MESSAGE=[114, 255, 101]
+    ),
+    "a null MESSAGE": _entry_line(
+        __CURSOR=CURSOR, __REALTIME_TIMESTAMP="1", _PID="1", MESSAGE=None
+    ),
+    "trailing blanks": PLAIN["as journalctl writes it"] + b"  ",
+    "a carriage return": PLAIN["as journalctl writes it"] + b"\r",
+    "two objects": PLAIN["as journalctl writes it"] * 2,
+    "not UTF-8": PLAIN["as journalctl writes it"].replace(b"total", b"t\xfftal"),
+    "an array": b'["print_timing", 1, 2]',
+    "truncated": PLAIN["as journalctl writes it"][:-3],
+    "a leading blank": b" " + PLAIN["as journalctl writes it"],
+}
+
+
+def test_the_quick_json_decoding_agrees_with_the_dump_decoder() -> None:
+    """Entries of the usual shape are decoded to the very LogLine the dump decoder makes; any
+    other line is left to the dump decoder (its LogLine, None or error with its words)."""
+    for what, raw in PLAIN.items():
+        assert _plain("a", raw) == LineDecoder("a").decode(raw), what
+        assert _plain("a", raw) is not None, what
+    for what, raw in UNUSUAL.items():
+        assert _plain("a", raw) is None, what

@@ -7,6 +7,14 @@ argument of the remote command is quoted. What the node's journalctl supports (`
 read (`--after-cursor`), or from `since` on a first start; the source counts as caught up once it
 has read the entry that was newest, under the same filters, when the stream started. The remote
 journalctl is stopped by closing its channel (root sessions refuse signals).
+
+The follow stream is gathered, not read packet by packet: a node's journalctl writes each entry
+as it comes, so a request's lines arrive in several packets. They collect in the SSH session (a
+callback each, no task woken) and one timer for all the streams of the event loop hands each
+stream's lines over as one Batch, GATHER_S after the first of them came, or at once when a
+backlog is streaming in; the source's task wakes only when the queue is full, or at the end.
+Each line is decoded with one JSON scan, and the cursor is taken from the last line's entry, not
+decoded again.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import json
 import logging
 import os
 import shlex
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,12 +40,16 @@ from exporter.sources.journal import cursor_time_us
 
 log = logging.getLogger(__name__)
 
-READ_SIZE = 1 << 16
+READ_SIZE = 1 << 16  # a read for a report; a follow stream with this much is handed over at once
+GATHER_S = 0.25  # a follow stream's output collects this long before it is handed over
+GATHER_MAX = 1 << 18  # bytes collected before the channel stops reading (the node then waits)
+STDERR_KEPT = 4096  # bytes of the remote journalctl's stderr kept for the error message
 COMMAND_TIMEOUT_S = 60  # a probe or `-n 1` that hangs this long fails the connection
 FIELDS = "MESSAGE,_PID,__REALTIME_TIMESTAMP,__CURSOR"
 # The parser's keywords as one PCRE2 alternation, for journalctl --grep.
 GREP = "|".join(k.decode().replace("|", "\\|") for k in KEYWORDS)
 _warned_unverified: set[str] = set()
+_raw_decode = json.JSONDecoder().raw_decode
 
 
 @dataclass(frozen=True)
@@ -238,67 +251,261 @@ class SshSource:
         gap: bool,
         out: asyncio.Queue[Batch],
     ) -> None:
-        caught_up = not newest or newest == self.cursor
-        process = await conn.create_process(
-            journalctl(self.node, *self._start_args(), features=features), encoding=None
+        follow = _Follow(self, out, _ticks(), newest, caught_up=not newest or newest == self.cursor)
+        chan, _ = await conn.create_session(
+            lambda: follow,
+            journalctl(self.node, *self._start_args(), features=features),
+            encoding=None,
         )
         try:
-            await out.put(Batch(self.node.name, up=True, caught_up=caught_up, gap=gap))
-            gap = False
-            partial = b""
+            await out.put(Batch(self.node.name, up=True, caught_up=follow.caught_up, gap=gap))
+            follow.start()
             while True:
-                data = await process.stdout.read(READ_SIZE)
-                if not data:
-                    break
-                data = partial + data
-                cut = data.rfind(b"\n") + 1
-                partial, whole = data[cut:], data[:cut]
-                if not whole:
-                    continue
-                batch = self._batch(whole, newest, caught_up, gap)
-                caught_up, gap = batch.caught_up, False
-                await out.put(batch)
-            status = await process.wait(check=False, timeout=5)
-            stderr = _text(status.stderr or b"").strip()
+                await follow.event.wait()
+                if follow.held is not None:  # the queue was full: wait for room here
+                    await out.put(follow.held)
+                    follow.taken()
+                elif follow.error is not None:
+                    raise follow.error
+                else:  # closed: what came last, now (a tick would come too late)
+                    follow.hand_over()
+                    if follow.held is None and follow.error is None:
+                        break
+            stderr = _text(follow.stderr).strip()
             raise SourceError(
                 f"node {self.node.name}: remote journalctl ended "
-                f"({status.exit_status}): {stderr[:300] or 'no message'}"
+                f"({chan.get_exit_status()}): {stderr[:300] or 'no message'}"
             )
         finally:
-            process.close()  # closing the channel stops it: root sessions refuse signals
+            follow.stop()
+            chan.close()  # closing the channel stops it: root sessions refuse signals
 
-    def _batch(self, whole: bytes, newest: str, caught_up: bool, gap: bool) -> Batch:
+    def _batch(self, whole: bytes, newest: str, caught_up: bool) -> Batch:
         lines: list[LogLine] = []
         errors: list[str] = []
+        node, since_us = self.node.name, self.since_us
+        last: LogLine | None = None
+        raw = b""
         for raw in relevant_lines(whole):
-            try:
-                line = self._decoder.decode(raw)
-            except DumpLineError as e:
-                errors.append(f"node {self.node.name}: remote journalctl: {e}: {raw[:200]!r}")
-                continue
-            if line is not None and line.time_us >= self.since_us:  # --since has whole seconds
+            line = _plain(node, raw)
+            if line is None:  # anything unusual: the dump decoder's verdict, and its words
+                try:
+                    line = self._decoder.decode(raw)
+                except DumpLineError as e:
+                    errors.append(f"node {node}: remote journalctl: {e}: {raw[:200]!r}")
+                    last = None
+                    continue
+            last = line
+            if line is not None and line.time_us >= since_us:  # --since has whole seconds
                 lines.append(line)
         last_time = None
-        for raw in last_lines(whole, most=whole.count(b"\n")):  # the newest that has a cursor
-            try:
-                rec = json.loads(raw)
-                cursor, last_time = str(rec["__CURSOR"]), int(rec["__REALTIME_TIMESTAMP"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            self.cursor = cursor
-            break
+        if last is not None and last.cursor and whole.endswith(b"%b\n" % raw):
+            self.cursor, last_time = last.cursor, last.time_us  # the last line, decoded above
+        else:
+            for raw in last_lines(whole, most=whole.count(b"\n")):  # the newest with a cursor
+                try:
+                    rec = json.loads(raw)
+                    cursor, last_time = str(rec["__CURSOR"]), int(rec["__REALTIME_TIMESTAMP"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                self.cursor = cursor
+                break
         if not caught_up and newest:
             caught_up = newest.encode() in whole or self.cursor == newest
         return Batch(
-            self.node.name,
+            node,
             tuple(lines),
             entries=whole.count(b"\n"),
             newest_us=last_time,
             position=self.cursor,
             caught_up=caught_up,
-            gap=gap,
             errors=tuple(errors),
         )
+
+
+class _Ticks:
+    """One timer for all the follow streams of an event loop: every stream that got data since
+    the last tick hands it over at the next, GATHER_S after the first of them got some, all in
+    one callback. A tick is set only while a stream waits for one. (Nothing here refers to the
+    loop, which keys the registry weakly: the streams and the timer are not held.)"""
+
+    def __init__(self) -> None:
+        self._due: list[weakref.ref[_Follow]] = []
+        self._set = False
+
+    def add(self, follow: _Follow) -> None:
+        self._due.append(weakref.ref(follow))
+        if not self._set:
+            self._set = True
+            asyncio.get_running_loop().call_later(GATHER_S, self._tick)
+
+    def _tick(self) -> None:
+        self._set = False
+        due, self._due = self._due, []
+        for ref in due:
+            follow = ref()
+            if follow is not None:
+                follow.hand_over()
+
+
+_ticks_of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Ticks] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _ticks() -> _Ticks:
+    loop = asyncio.get_running_loop()
+    ticks = _ticks_of.get(loop)
+    if ticks is None:
+        ticks = _ticks_of[loop] = _Ticks()
+    return ticks
+
+
+class _Follow(asyncssh.SSHClientSession[bytes]):
+    """A follow stream: its output collected as its packets arrive (a callback each) and handed
+    over as one Batch at the next tick, by the tick itself: no task is woken while the queue
+    takes them. Past READ_SIZE bytes (a backlog streaming in) it is handed over at once. When
+    the queue is full the batch is held for the source's task to put, and the channel stops
+    reading meanwhile (as it does past GATHER_MAX bytes): the node waits."""
+
+    def __init__(
+        self,
+        source: SshSource,
+        out: asyncio.Queue[Batch],
+        ticks: _Ticks,
+        newest: str,
+        *,
+        caught_up: bool,
+    ) -> None:
+        self._source, self._out, self._ticks = source, out, ticks
+        self._newest, self.caught_up = newest, caught_up
+        self._chan: asyncssh.SSHClientChannel[bytes] | None = None
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._partial = b""
+        self._started = False  # handing over (once the source's first Batch is out)
+        self._due = False  # a hand-over is scheduled
+        self._paused = False
+        self.stderr = b""
+        self.closed = False
+        self.error: Exception | None = None  # the connection's, or handing over failed
+        self.held: Batch | None = None  # what the full queue did not take
+        self.event = asyncio.Event()  # for the task: a batch held, the end, or an error
+
+    # asyncssh's side
+
+    def connection_made(self, chan: asyncssh.SSHClientChannel[bytes]) -> None:
+        self._chan = chan
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        if datatype == asyncssh.EXTENDED_DATA_STDERR:
+            self.stderr = (self.stderr + data)[:STDERR_KEPT]
+            return
+        self._parts.append(data)
+        self._size += len(data)
+        if self._size >= GATHER_MAX:
+            self._pause()
+        self._schedule()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.error is None:
+            self.error = exc
+        self.event.set()
+
+    # the source's side
+
+    def start(self) -> None:
+        self._started = True
+        self._schedule()
+
+    def stop(self) -> None:
+        """Hand over nothing more (the source is done with this stream)."""
+        self._started = False
+
+    def taken(self) -> None:
+        """The task has put the batch that was held."""
+        self.held = None
+        if not self.closed and self.error is None:
+            self.event.clear()
+        self._resume()
+        self._schedule()
+
+    def hand_over(self) -> None:
+        """What has collected, as one Batch, into the queue (or held, if it is full)."""
+        self._due = False
+        if not self._started or self.held is not None or self.error is not None:
+            return
+        if self._size:
+            data = self._partial + b"".join(self._parts)
+            self._parts.clear()
+            self._size = 0
+            cut = data.rfind(b"\n") + 1
+            self._partial, whole = data[cut:], data[:cut]
+            if whole:
+                try:
+                    batch = self._source._batch(whole, self._newest, self.caught_up)
+                except Exception as e:  # the task raises it
+                    self.error = e
+                    self.event.set()
+                    return
+                self.caught_up = batch.caught_up
+                try:
+                    self._out.put_nowait(batch)
+                except asyncio.QueueFull:
+                    self.held = batch
+                    self._pause()
+                    self.event.set()
+                    return
+        self._resume()
+
+    def _schedule(self) -> None:
+        if not self._started or self._due or self.held is not None or not self._size:
+            return
+        self._due = True
+        if self._size >= READ_SIZE:  # a backlog streaming in: no gathering
+            asyncio.get_running_loop().call_soon(self.hand_over)
+        else:
+            self._ticks.add(self)
+
+    def _pause(self) -> None:
+        if not self._paused and self._chan is not None:
+            self._paused = True
+            self._chan.pause_reading()
+
+    def _resume(self) -> None:
+        if self._paused and self._chan is not None and self.held is None:
+            self._paused = False
+            self._chan.resume_reading()  # may deliver what waited, at once
+
+
+def _plain(node: str, raw: bytes) -> LogLine | None:
+    """A journal JSON entry of the usual shape (string fields, a decimal time and PID, one
+    object on the line) -> its LogLine, as `LineDecoder` makes it; None for anything else."""
+    if raw[:1] != b"{":
+        return None
+    try:
+        text = raw.decode()
+        rec, end = _raw_decode(text)
+    except ValueError:  # not UTF-8, or not JSON
+        return None
+    if end != len(text) or type(rec) is not dict:
+        return None
+    t, pid, cursor, message = (
+        rec.get("__REALTIME_TIMESTAMP"),
+        rec.get("_PID"),
+        rec.get("__CURSOR"),
+        rec.get("MESSAGE"),
+    )
+    if (
+        type(t) is not str
+        or type(pid) is not str
+        or type(cursor) is not str
+        or type(message) is not str
+        or not (t.isascii() and t.isdigit() and pid.isascii() and pid.isdigit())
+    ):
+        return None
+    return LogLine(node, int(t), cursor, int(pid), message)
 
 
 def _text(value: object) -> str:

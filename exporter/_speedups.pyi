@@ -1,0 +1,13 @@
+"""Types of the compiled fast paths in `_speedups.c` (built by setup.py where a C compiler is)."""
+
+from exporter.logline import LogLine
+
+def scan(
+    data: bytes,
+    keywords: tuple[bytes, ...],
+    node: str,
+    since_us: int,
+    line_type: type[LogLine],
+    /,
+) -> tuple[list[bytes | LogLine], int]: ...
+def tokenize(msg: str, /) -> tuple[int, int | None, int | None, int | None, int | None] | None: ...
