@@ -420,7 +420,8 @@ _kind_counters = attrgetter(*_KIND_COUNTERS)
 
 
 def state_of(acc: Accounting) -> dict[str, Any]:
-    """Every number `acc` holds (not what its sources are doing now), as JSON-ready values."""
+    """Every number `acc` holds (not what its sources are doing now), as JSON-ready values,
+    fresh: nothing in them changes with `acc` after (they may be encoded in another thread)."""
     kinds_by_bit = {1 << i: k for i, k in enumerate(sorted(acc.kind_names))}
     return {
         "origin_us": acc.origin_us,
@@ -435,7 +436,7 @@ def state_of(acc: Accounting) -> dict[str, Any]:
                 **dict(zip(_NODE_COUNTERS, _node_counters(ns), strict=True)),
                 "start_lines": ns.start_lines,
                 "in_flight": [[slot, task, t] for (slot, task), t in ns.in_flight.items()],
-                "kinds": {k: [*_kind_counters(c), c.buckets] for k, c in ns.kinds.items()},
+                "kinds": {k: [*_kind_counters(c), list(c.buckets)] for k, c in ns.kinds.items()},
             }
             for name, ns in acc.nodes.items()
         },

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime
+from typing import Any
 
 from exporter import __version__
 from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
@@ -317,21 +318,27 @@ class Daemon:
     # -- checkpoint, then publish --------------------------------------------------------------
 
     def _state(self) -> bytes:
-        return Checkpoint.encode(
-            {
-                "accounting": state_of(self.acc),
-                "parsers": {n: p.state() for n, p in self.parsers.items()},
-                "positions": self.positions,
-                "checkpoint_errors": self.checkpoint_errors,
-                "written_at_us": self._now_us(),
-            }
-        )
+        return Checkpoint.encode(self._state_values())
+
+    def _state_values(self) -> dict[str, Any]:
+        """Everything to resume from, as fresh JSON-ready values: nothing in it is shared with
+        what the loop goes on changing, so it can be encoded in a worker thread."""
+        return {
+            "accounting": state_of(self.acc),
+            "parsers": {n: p.state() for n, p in self.parsers.items()},
+            "positions": dict(self.positions),
+            "checkpoint_errors": self.checkpoint_errors,
+            "written_at_us": self._now_us(),
+        }
+
+    def _write(self, state: dict[str, Any]) -> None:
+        self.checkpoint.write(Checkpoint.encode(state))
 
     async def _checkpoint_then_publish(self) -> None:
         """Scrapes only ever see values a checkpoint holds: write it, then publish them."""
-        snapshot, data = self.acc.snapshot(), self._state()
+        snapshot, state = self.acc.snapshot(), self._state_values()
         try:
-            await asyncio.to_thread(self.checkpoint.write, data)
+            await asyncio.to_thread(self._write, state)
         except OSError as e:
             self.checkpoint_errors += 1
             if not self._failing:
