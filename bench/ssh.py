@@ -27,8 +27,8 @@ directory). Once every source is up (sum of smllm_source_up == nodes) and after 
   (utime + stime from /proc/PID/stat) as a share of one core, the rate of smllm_requests_total
   (≈ one a second a node) and the payload bytes sent per request (SSH framing aside);
 - then a scrape window: 100 scrapes of /metrics 0.5 s apart (urllib, gzip accepted as
-  Prometheus does), their latency and the exporter's CPU meanwhile (a snapshot is rendered, and
-  gzipped, when first scraped: here every other scrape, with Prometheus every one).
+  Prometheus does), their latency and the exporter's CPU meanwhile (a snapshot is rendered and
+  gzipped when first scraped, or, for a scraper this frequent, ahead of its scrape).
 Peak resident memory (VmRSS from /proc/PID/status) is sampled every 0.5 s over both. The ssh
 servers' CPU and the host's load average are printed too: they share the machine.
 

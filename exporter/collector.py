@@ -4,7 +4,7 @@
 `generate_latest` costs about 0.6 ms a node (dicts, label validation and sorting for every
 sample), so `Renderer` writes the same text itself from label strings made once per set of
 nodes, kinds and buckets: byte for byte what `generate_latest` writes for the collector (a test
-holds them equal), at a few percent of the cost. prometheus_client still renders the process's
+holds them equal), at a tenth of the cost or less. prometheus_client still renders the process's
 own metrics.
 """
 
