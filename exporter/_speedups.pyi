@@ -9,5 +9,14 @@ def scan(
     since_us: int,
     line_type: type[LogLine],
     /,
-) -> tuple[list[bytes | LogLine], int]: ...
+) -> tuple[list[bytes | LogLine], int, int]: ...
 def tokenize(msg: str, /) -> tuple[int, int | None, int | None, int | None, int | None] | None: ...
+def feed(
+    parser: object,
+    lines: tuple[LogLine, ...],
+    start: int,
+    out: list[object],
+    types: tuple[object, ...],
+    max_started: int,
+    /,
+) -> int: ...

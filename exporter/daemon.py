@@ -99,6 +99,20 @@ def apply_batch(
     )
 
 
+def tune_gc() -> None:
+    """The cyclic garbage collector as the service runs it (`run_until_signalled`; the ingest
+    benchmark too).
+
+    What exists by now (modules, the config) lives as long as the process: the collector need
+    not walk it again (a full collection of it held the event loop ~80 ms: a scrape that slow);
+    what is made from here on (connections come and go) is collected as ever. Nearly everything
+    the ingest path makes dies young by reference counting: collect the young generation every
+    10,000 allocations, not every 700."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+
+
 class Daemon:
     """Runs the whole pipeline for one config; see the module docstring."""
 
@@ -179,14 +193,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        # What exists by now (modules, the config) lives as long as the process: the cyclic GC
-        # need not walk it again (a full collection of it held the event loop ~80 ms: a scrape
-        # that slow); what is made from here on (connections come and go) is collected as ever.
-        # Nearly everything the ingest path makes dies young by reference counting: collect the
-        # young generation every 10,000 allocations, not every 700.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+        tune_gc()
 
         def stop() -> None:
             self.notifier.stopping()

@@ -121,10 +121,29 @@ class Parser:
 
     def feed_all(self, lines: Iterable[LogLine]) -> list[Record]:
         """Parse lines in order; returns what they complete, in order. (One loop for a whole
-        batch: this is the hot path of every source.)"""
+        batch: this is the hot path of every source.)
+
+        Where the compiled module is built, its `feed` runs this same state machine over the
+        common era C/D lines of the running server and leaves every other line (and every line
+        while a stop waits for its timing block) to the Python loop, `_feed`."""
         out: list[Record] = []
+        fast = _fast_feed
+        if fast is None:
+            self._feed(lines, out)
+            return out
+        todo = lines if type(lines) is tuple else tuple(lines)
+        i, n = 0, len(todo)
+        while i < n:
+            if not self.pending_stops:
+                i = fast(self, todo, i, out, _FEED_TYPES, MAX_STARTED)
+                if i == n:
+                    break
+            self._feed((todo[i],), out)
+            i += 1
+        return out
+
+    def _feed(self, lines: Iterable[LogLine], out: list[Record]) -> None:
         fast = _fast_tokenize
-        started = self.started
         for line in lines:
             if self.pending_stops:
                 self._expire(line.time_us, out)
@@ -143,17 +162,31 @@ class Parser:
                 continue
             if line.pid != self.pid and line.pid:
                 self._same_server(line, out)
-                started = self.started  # a restart starts afresh
             kind, slot, task, us, count = token
             # the kinds by how often they come: two component lines a request, then the rest
-            if PROMPT <= kind <= EVAL:
-                self._component(kind, slot, task, us, count)
+            if kind in (PROMPT, EVAL):  # (a component line: the hottest branch)
+                block = self.block
+                if block is _NO_BLOCK or not (
+                    (block.task is None or task is None or block.task == task)
+                    and (block.slot is None or slot is None or block.slot == slot)
+                ):
+                    block = self.block = _Block()  # _NO_BLOCK itself is never changed
+                if slot is not None:
+                    block.slot = slot
+                    block.task = task
+                if kind == PROMPT:
+                    block.prompt_us = us
+                    block.prompt_tokens = count
+                else:
+                    block.generation_us = us
+                    block.generated_tokens = count
             elif kind == TOTAL:
                 out.append(self._total(line, slot, task, us, count))
             elif kind == LAUNCH:
                 assert slot is not None and task is not None
                 if self.pending_stops:
                     self._cancel_stops_of(slot, out)
+                started = self.started  # (a restart replaces it: never keep it across lines)
                 started[(slot, task)] = line.time_us
                 if len(started) > MAX_STARTED:  # launches whose end never came: forget oldest
                     del started[next(iter(started))]
@@ -165,11 +198,10 @@ class Parser:
                 # block has not come (a stop after its own block, or of a request launched
                 # before the journal was read, is none).
                 assert slot is not None and task is not None
-                if (slot, task) in started and self.last_timed.get(slot) != task:
+                if (slot, task) in self.started and self.last_timed.get(slot) != task:
                     self.pending_stops[(slot, task)] = line.time_us
             elif kind == HEADER:
                 self.block = _Block(slot=slot, task=task)  # era C: the block follows
-        return out
 
     def flush(self, until_us: int) -> list[Record]:
         """The journal holds nothing older than `until_us` unread: decide stops that have waited."""
@@ -227,19 +259,6 @@ class Parser:
                 line.pid,
             ),
         )
-
-    def _component(
-        self, kind: int, slot: int | None, task: int | None, us: int | None, count: int | None
-    ) -> None:
-        block = self.block
-        if block is _NO_BLOCK or not block.matches(slot, task):
-            block = self.block = _Block()  # _NO_BLOCK itself is never changed
-        if slot is not None:
-            block.slot, block.task = slot, task
-        if kind == PROMPT:
-            block.prompt_us, block.prompt_tokens = us, count
-        else:
-            block.generation_us, block.generated_tokens = us, count
 
     # -- starts, stops, restarts ----------------------------------------------------------------
 
@@ -368,7 +387,19 @@ def _compiled_tokenize() -> Callable[[str], Token | None] | None:
     return compiled
 
 
+def _compiled_feed() -> Callable[..., int] | None:
+    """The compiled `Parser.feed_all` for runs of common lines; None without the module."""
+    try:
+        from exporter._speedups import feed as compiled
+    except ImportError:  # pragma: no cover - CI insists on the compiled module
+        return None
+    return compiled
+
+
 _fast_tokenize = _compiled_tokenize()
+_fast_feed = _compiled_feed()
+# what the compiled feed makes records of (it builds the NamedTuples as their __new__ would)
+_FEED_TYPES = (Interval, _STARTED, "", Event, _Block, _NO_BLOCK)
 
 
 def _classify(msg: str) -> str | None:

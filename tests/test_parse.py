@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from exporter import parse
 from exporter.logline import Event, EventKind, Interval, LogLine
 from exporter.parse import MAX_DURATION_US, ParseError, Parser, ms_to_us
 
@@ -460,6 +461,26 @@ def test_new_pid_is_a_restart_and_drops_the_block() -> None:
         None,
         None,
     )
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "pure"])
+def test_a_restart_on_a_garbled_line_forgets_the_old_servers_launches(
+    compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new server's launches land in its own table (the pure loop once kept writing them
+    to the table the restart had dropped)."""
+    if not compiled:
+        monkeypatch.setattr(parse, "_fast_tokenize", None)
+        monkeypatch.setattr(parse, "_fast_feed", None)
+    p = Parser("n0")
+    for t, msg, pid in [
+        (0, START.format(t=1), 100),
+        (10, D + "      total time =    45x35.45 ms /   505 tokens", 200),  # garbled, new PID
+        (20, START.format(t=2), 200),
+    ]:
+        p.feed(LogLine("n0", T0 + t * 1000, "", pid, msg))
+    assert p.pid == 200
+    assert p.state()["started"] == [[0, 2, T0 + 20_000]]
 
 
 def test_restart_turns_waiting_stops_into_cancels() -> None:

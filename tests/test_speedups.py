@@ -8,8 +8,10 @@ verbatim llama.cpp shapes with every perturbation that changes how the reference
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -163,13 +165,101 @@ def test_a_parser_gives_the_same_records_with_and_without_the_fast_path(
 
 
 def _records(lines: Sequence[LogLine], *, fast: bool) -> list[Record]:
-    saved = parse._fast_tokenize
-    parse._fast_tokenize = saved if fast else None
-    try:
+    with _compiled(fast):
         p = Parser(NODE)
         return [*p.feed_all(lines), *p.flush(2**62)]
+
+
+@contextlib.contextmanager
+def _compiled(on: bool) -> Iterator[None]:
+    """The parser with its compiled paths (`tokenize` and `feed`) on, or both off."""
+    saved = parse._fast_tokenize, parse._fast_feed
+    if not on:
+        parse._fast_tokenize = parse._fast_feed = None
+    try:
+        yield
     finally:
-        parse._fast_tokenize = saved
+        parse._fast_tokenize, parse._fast_feed = saved
+
+
+# -- feed: the state machine over whole requests -------------------------------------------------
+
+# One step of a node's journal: what line, on which slot and task. The tasks are few, so that
+# launches, blocks, totals and stops of the same and of different requests meet in every order.
+STEP_LINES = {
+    "launch": "slot launch_slot_: id  {s} | task {t} | processing task",
+    "header": "slot print_timing: id  {s} | task {t} | ",
+    "prompt": "slot print_timing: id  {s} | task {t} | prompt eval time =  1171.24 ms /  {n} tokens"
+    " (    3.07 ms per token,   325.30 tokens per second)",
+    "eval": "slot print_timing: id  {s} | task {t} |        eval time =  3364.22 ms /  {n} tokens",
+    "eval_b": "        eval time =  3364.22 ms /  {n} runs",  # era A/B: Python's, no ids
+    "total": "slot print_timing: id  {s} | task {t} |       total time =  {n}.60 ms /  {n} tokens",
+    "total_b": "       total time =  {n}.60 ms",  # era A: Python's
+    "release": "slot      release: id  {s} | task {t} | stop processing: n_past = 5, truncated = 0",
+    "stop_b": "slot released id_slot={s} id_task={t} n_ctx_slot=8192",  # era B: Python's
+    "other": "slot print_timing: id  {s} | task {t} |    graphs reused = 3",
+    "garbled": "slot print_timing: id  {s} | task {t} |       total time = {n}.x ms / 3 tokens",
+}
+steps = st.tuples(
+    st.sampled_from(sorted(STEP_LINES)),
+    st.integers(0, 2),  # slot
+    st.integers(0, 3),  # task
+    st.integers(1, 2000),  # a number (tokens, ms)
+    st.sampled_from((4242, 4242, 4242, 4242, 0, 5151)),  # pid: mostly one server
+    st.sampled_from((1000, 1000, 200_000, 900_000, 1_500_000)),  # microseconds since the last
+)
+
+
+LAUNCH_STOP = [("launch", 0, 1, 5, 4242, 1000), ("release", 0, 1, 5, 4242, 1000)]
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(steps, max_size=60), st.lists(st.integers(1, 60), max_size=6), st.booleans())
+@example(LAUNCH_STOP, [], False)  # a stop before any timing block of its slot: a cancel
+@example([*LAUNCH_STOP, ("total", 0, 1, 5, 4242, 1000)], [], False)  # ... unless it comes
+@example([("launch", 0, 1, 5, 4242, 1000), ("launch", 0, 1, 5, 0, 1000)] * 3, [1, 2], True)
+def test_the_compiled_feed_leaves_records_and_state_as_the_python_loop_does(
+    program: list[tuple[str, int, int, int, int, int]], cuts: list[int], resume: bool
+) -> None:
+    lines, t = [], 1_790_000_000_000_000
+    for what, slot, task, number, pid, gap in program:
+        t += gap
+        lines.append(LogLine(NODE, t, "", pid, STEP_LINES[what].format(s=slot, t=task, n=number)))
+    results = []
+    for on in (True, False):
+        with _compiled(on):
+            p, got, at = Parser(NODE), [], 0
+            for cut in [*cuts, len(lines)]:  # the same lines in batches cut anywhere
+                got += p.feed_all(tuple(lines[at : at + cut]))
+                at += cut
+                if resume:  # from a checkpoint between batches
+                    p = Parser.from_state(NODE, json.loads(json.dumps(p.state())))
+            got += p.feed_all(tuple(lines[at:]))
+            results.append((got, p.state(), p.flush(2**62)))
+    assert results[0] == results[1]
+
+
+def test_the_compiled_feed_runs_whole_requests_and_hands_back_a_stop_to_decide() -> None:
+    t, pid = 1_790_000_000_000_000, 4242
+    msgs = [STEP_LINES[w].format(s=0, t=7, n=100) for w in ("launch", "prompt", "eval", "total")]
+    lines = tuple(LogLine(NODE, t + k, "", pid, m) for k, m in enumerate(msgs))
+    p, out = Parser(NODE, pid=pid), list[object]()
+    assert _speedups.feed(p, lines, 0, out, parse._FEED_TYPES, parse.MAX_STARTED) == 4
+    assert [type(r).__name__ for r in out] == ["Event", "Interval"]
+    assert out == Parser(NODE, pid=pid).feed_all(lines)  # (and Python agrees)
+    # a stop of a launched request before its timing block: Python adds the pending stop
+    stop = LogLine(NODE, t + 9, "", pid, STEP_LINES["release"].format(s=0, t=8, n=0))
+    launch = LogLine(NODE, t + 8, "", pid, STEP_LINES["launch"].format(s=0, t=8, n=0))
+    assert _speedups.feed(p, (launch, stop), 0, out, parse._FEED_TYPES, parse.MAX_STARTED) == 1
+    # another server's line is Python's to restart on
+    other = LogLine(NODE, t + 10, "", pid + 1, msgs[0])
+    assert _speedups.feed(p, (other,), 0, [], parse._FEED_TYPES, parse.MAX_STARTED) == 0
+
+
+def test_the_compiled_feed_refuses_record_types_it_cannot_build() -> None:
+    types = (dict, *parse._FEED_TYPES[1:])
+    with pytest.raises(TypeError, match="NamedTuple"):
+        _speedups.feed(Parser(NODE), (), 0, [], types, 1)
 
 
 # -- scan ----------------------------------------------------------------------------------------
@@ -232,8 +322,9 @@ def test_scan_finds_the_reference_lines_and_decodes_only_as_the_decoder_does(
     raws: list[bytes], final_newline: bool, since_us: int
 ) -> None:
     data = b"\n".join(raws) + (b"\n" if final_newline and raws else b"")
-    items, newlines = _speedups.scan(data, KEYWORDS, NODE, since_us, LogLine)
+    items, newlines, n_raw = _speedups.scan(data, KEYWORDS, NODE, since_us, LogLine)
     assert newlines == data.count(b"\n")
+    assert n_raw == sum(type(item) is bytes for item in items)
     at = 0
     for raw in relevant_lines(data):
         if at < len(items) and items[at] == raw:  # handed back for LineDecoder
@@ -251,8 +342,17 @@ def test_scan_finds_the_reference_lines_and_decodes_only_as_the_decoder_does(
 
 def test_scan_decodes_the_plain_lines_itself() -> None:
     raw = b"2026-09-22T07:31:04.127792+0000 node0 sm-llm[1234]: " + VERBATIM[0].encode()
-    items, newlines = _speedups.scan(raw + b"\nno keyword here\n", KEYWORDS, NODE, 0, LogLine)
-    assert newlines == 2
+    data = (
+        raw + b"\nno keyword here\n" + raw + b"\n-- Boot 4f2a --\n2026-09-22 garbled total time\n"
+    )
+    items, newlines, n_raw = _speedups.scan(data, KEYWORDS, NODE, 0, LogLine)
+    assert newlines == 5
+    assert n_raw == 1
+    assert items[1:] == [items[0], b"2026-09-22 garbled total time"]
+    first, second = items[0], items[1]
+    assert isinstance(first, LogLine) and isinstance(second, LogLine)
+    assert first is not second and first.pid is second.pid  # one PID object, shared
+    items = items[:1]
     assert items == [LineDecoder(NODE).decode(raw)]
     assert type(items[0]) is LogLine
 

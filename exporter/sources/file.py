@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from exporter.logline import Batch, LogLine
 from exporter.parse import KEYWORDS
@@ -68,7 +69,7 @@ def relevant_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def _compiled_scan() -> Callable[..., tuple[list[bytes | LogLine], int]] | None:
+def _compiled_scan() -> Callable[..., tuple[list[bytes | LogLine], int, int]] | None:
     """The compiled `relevant_lines` that also decodes plain short-iso-precise lines (setup.py
     builds it wherever a C compiler is)."""
     try:
@@ -81,13 +82,15 @@ def _compiled_scan() -> Callable[..., tuple[list[bytes | LogLine], int]] | None:
 _scan = _compiled_scan()
 
 
-def scan(data: bytes, node: str, since_us: int) -> tuple[list[bytes | LogLine], int]:
-    """`relevant_lines(data)` and the number of lines in `data`; where the compiled module is
-    built, each plain short-iso-precise line comes already decoded to a LogLine of `node` (and
-    left out when older than `since_us`), the rest as bytes for `LineDecoder`."""
+def scan(data: bytes, node: str, since_us: int) -> tuple[list[bytes | LogLine], int, int]:
+    """`relevant_lines(data)`, the number of lines in `data`, and how many of the lines are
+    bytes; where the compiled module is built, each plain short-iso-precise line comes already
+    decoded to a LogLine of `node` (and left out when older than `since_us`), the rest as bytes
+    for `LineDecoder`."""
     if _scan is not None:
         return _scan(data, _KEYWORDS, node, since_us, LogLine)
-    return list(relevant_lines(data)), data.count(b"\n")
+    lines: list[bytes | LogLine] = list(relevant_lines(data))
+    return lines, data.count(b"\n"), len(lines)
 
 
 def last_lines(data: bytes, most: int = 16) -> Iterator[bytes]:
@@ -175,8 +178,10 @@ class FileSource:
         lines: list[LogLine] = []
         errors: list[str] = []
         since_us = self.since_us
-        items, entries = scan(whole, self.node, since_us)
-        for item in items:
+        items, entries, n_raw = scan(whole, self.node, since_us)
+        if not n_raw:  # all decoded already (the compiled scan, on plain lines)
+            lines = cast("list[LogLine]", items)
+        for item in items if n_raw else ():
             if type(item) is LogLine:
                 lines.append(item)
                 continue
