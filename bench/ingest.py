@@ -24,7 +24,7 @@ page cache for all of them):
   caught up (1 MiB reads; the compiled `_speedups.scan` finds the keyword lines in one
   Wu-Manber pass and decodes them; `_speedups.feed` runs the parser's state machine over the
   common llama.cpp lines), every Batch applied with `daemon.apply_batch` (`Parser.feed_all`,
-  `Accounting.add`, `line_read`, `source_state`) followed by the ingest loop's tick
+  `Accounting.add_all`, `line_read`, `source_state`) followed by the ingest loop's tick
   (`Parser.flush`, `Accounting.advance`), and finally `Accounting.advance_to(end)`; in-process,
   so without the interpreter's start-up;
 - ours, file source, pure Python: the same with the compiled module switched off (what a
@@ -308,7 +308,7 @@ def _totals(acc: Accounting, dump: Dump) -> tuple[Totals, list[str]]:
 
 def _apply(batch: Batch, parser: Parser, acc: Accounting, now_us: int) -> None:
     """What `Daemon._apply` does with a Batch (logging and positions aside)."""
-    apply_batch(batch, parser, acc, now_us, acc.add)
+    apply_batch(batch, parser, acc, now_us)
 
 
 def ours_source(dump: Dump) -> tuple[Totals, list[str]]:

@@ -27,7 +27,7 @@ from exporter.checkpoint import Checkpoint, CheckpointError
 from exporter.collector import Published, Renderer
 from exporter.config import Config, FileNode, JournalNode, NodeConfig, SshNode
 from exporter.http import HttpServer, Pages
-from exporter.logline import Batch, Event, EventKind, Interval
+from exporter.logline import Batch, Event, EventKind, Record
 from exporter.notify import Notifier
 from exporter.parse import Parser
 from exporter.sources import Source, SourceError
@@ -73,30 +73,26 @@ AVAILABLE_SOURCES = frozenset(
 )
 
 
-def apply_batch(
-    batch: Batch,
-    parser: Parser,
-    acc: Accounting,
-    now_us: int,
-    add: Callable[[Interval | Event], None],
-) -> None:
-    """One source batch through the node's parser into the accounting; `add` takes each record
-    (the daemon logs some on their way)."""
+def apply_batch(batch: Batch, parser: Parser, acc: Accounting, now_us: int) -> list[Record]:
+    """One source batch through the node's parser into the accounting; returns the records
+    it added (the daemon logs some of them)."""
     node = batch.node
     if batch.reconnected:
         acc.source_reconnected(node)
     if batch.gap:
         acc.source_gap(node)
-    for error in batch.errors:
-        add(Event(node, now_us, EventKind.PARSE_ERROR, detail=error))
-    for rec in parser.feed_all(batch.lines):
-        add(rec)
+    recs: list[Record] = [
+        Event(node, now_us, EventKind.PARSE_ERROR, detail=error) for error in batch.errors
+    ]
+    recs += parser.feed_all(batch.lines)
+    acc.add_all(recs)
     if batch.entries or batch.newest_us is not None:
         acc.line_read(node, batch.newest_us, batch.entries)
     newest = acc.nodes[node].newest_us
     acc.source_state(
         node, up=batch.up, caught_up=batch.caught_up, now_us=now_us, lag_us=now_us - newest
     )
+    return recs
 
 
 def tune_gc() -> None:
@@ -286,7 +282,11 @@ class Daemon:
 
     def _apply(self, batch: Batch, now_us: int) -> None:
         node = batch.node
-        apply_batch(batch, self.parsers[node], self.acc, now_us, self._add)
+        ns = self.acc.nodes[node]
+        restarts, errors, aborted = ns.restarts, ns.parse_errors, ns.aborted
+        recs = apply_batch(batch, self.parsers[node], self.acc, now_us)
+        if ns.restarts != restarts or ns.parse_errors != errors:  # (rare: look only then)
+            self._log_events(node, recs, ns.aborted - aborted)
         if batch.position:
             self.positions[node] = batch.position
         if not batch.up and batch.error and self._down_reason.get(node) != batch.error:
@@ -294,32 +294,30 @@ class Daemon:
         elif batch.up and self._down_reason.pop(node, None) is not None:
             log.info("node %s: following its journal again", node)
 
-    def _add(self, rec: Interval | Event) -> None:
-        if isinstance(rec, Event):
+    def _log_events(self, node: str, recs: list[Record], aborted: int) -> None:
+        """Log the restarts and the first parse errors among what a batch added."""
+        for rec in recs:
+            if type(rec) is not Event:
+                continue
             if rec.kind is EventKind.PARSE_ERROR:
-                self._errors_logged[rec.node] += 1
-                if self._errors_logged[rec.node] <= ERRORS_LOGGED:
+                self._errors_logged[node] += 1
+                if self._errors_logged[node] <= ERRORS_LOGGED:
                     log.warning(
                         "node %s: parse error: %s%s",
-                        rec.node,
+                        node,
                         rec.detail,
                         " (further parse errors are counted, not logged)"
-                        if self._errors_logged[rec.node] == ERRORS_LOGGED
+                        if self._errors_logged[node] == ERRORS_LOGGED
                         else "",
                     )
             elif rec.kind is EventKind.RESTART:
-                log.info(
-                    "node %s: llama-server restarted (%s); %d requests in flight aborted",
-                    rec.node,
-                    rec.detail,
-                    len(self.acc.nodes[rec.node].in_flight),
-                )
-        self.acc.add(rec)
+                log.info("node %s: llama-server restarted (%s)", node, rec.detail)
+        if aborted:
+            log.info("node %s: %d requests in flight aborted by the restart", node, aborted)
 
     def _tick(self, now_us: int) -> None:
         for node, parser in self.parsers.items():
-            for rec in parser.flush(self.acc.read_until(node, now_us)):
-                self._add(rec)
+            self.acc.add_all(parser.flush(self.acc.read_until(node, now_us)))
         self.acc.advance(now_us)
 
     # -- checkpoint, then publish --------------------------------------------------------------
