@@ -131,6 +131,7 @@ class Accounting:
         self.kind_names = kinds.names
         self._kind_of: dict[int | None, str] = {}  # token count -> kind, as the rules say
         self._kind_index = {k: i for i, k in enumerate(sorted(self.kind_names))}
+        self._kind_bit = {k: 1 << i for k, i in self._kind_index.items()}
         self._mix_by_mask = _mix_labels_by_mask(sorted(self.kind_names))
         self.origin_us = origin_us
         self.max_request_us = max_request_us
@@ -218,9 +219,7 @@ class Accounting:
         if count:
             duration_us = end_us - start_us
             c = ns.kinds[kind]
-            if self._copies:
-                self._copies.pop((node, kind), None)
-            c.requests += 1
+            c.requests += 1  # (which tells a snapshot's copy of `c` is stale: see `_copy`)
             c.request_us += duration_us
             if tokens:
                 c.tokens += tokens
@@ -242,24 +241,25 @@ class Accounting:
                 ns.late += 1
             start = watermark
         if end_us > start:
-            bit = 1 << self._kind_index[kind]
-            self._pending.append((start, end_us, self._node_index[node], bit))
+            self._pending.append((start, end_us, self._node_index[node], self._kind_bit[kind]))
 
     def _event(self, ev: Event) -> None:
-        ns = self.nodes[ev.node]
-        kind = ev.kind
-        if kind is _STARTED and ev.slot is not None and ev.task is not None:
-            ns.start_lines = True
-            ns.in_flight[(ev.slot, ev.task)] = ev.time_us
-        elif kind is _CANCELLED and ev.slot is not None and ev.task is not None:
-            ns.in_flight.pop((ev.slot, ev.task), None)
-            ns.cancelled += 1
+        node, time_us, kind, _, slot, task, _ = ev
+        ns = self.nodes[node]
+        if kind is _STARTED:
+            if slot is not None and task is not None:
+                ns.start_lines = True
+                ns.in_flight[(slot, task)] = time_us
+        elif kind is _CANCELLED:
+            if slot is not None and task is not None:
+                ns.in_flight.pop((slot, task), None)
+                ns.cancelled += 1
         elif kind is EventKind.RESTART:
             ns.aborted += len(ns.in_flight)
             ns.in_flight.clear()
             ns.restarts += 1
             ns.start_lines = False
-        elif ev.kind is EventKind.PARSE_ERROR:
+        elif kind is EventKind.PARSE_ERROR:
             ns.parse_errors += 1
 
     # -- the watermark ----------------------------------------------------------------------
@@ -311,26 +311,25 @@ class Accounting:
         node_count = [0] * n_nodes
         node_since = [0] * n_nodes
         node_busy = [0] * n_nodes
-        kind_count: dict[int, int] = {}
+        kind_count = dict.fromkeys(self._kind_bit.values(), 0)
+        mix_by_mask = [0] * len(self._mix_by_mask)  # microseconds per mix, by mask
+        conc = self.concurrency_us
         busy_nodes = 0
         mask = 0
-        conc = self.concurrency_us
-        mix = self.mix_us
-        labels = self._mix_by_mask
         t_prev = lo
         for t, delta, n, bit in events:
             if t != t_prev:
                 conc[busy_nodes] += t - t_prev
-                mix[labels[mask]] += t - t_prev
+                mix_by_mask[mask] += t - t_prev
                 t_prev = t
             if delta > 0:
                 if node_count[n] == 0:
                     busy_nodes += 1
                     node_since[n] = t
                 node_count[n] += 1
-                if kind_count.get(bit, 0) == 0:
+                if kind_count[bit] == 0:
                     mask |= bit
-                kind_count[bit] = kind_count.get(bit, 0) + 1
+                kind_count[bit] += 1
             else:
                 node_count[n] -= 1
                 if node_count[n] == 0:
@@ -340,7 +339,11 @@ class Accounting:
                 if kind_count[bit] == 0:
                     mask &= ~bit
         conc[0] += hi - t_prev
-        mix["idle"] += hi - t_prev
+        mix_by_mask[0] += hi - t_prev
+        mix = self.mix_us
+        for m, label in enumerate(self._mix_by_mask):
+            if mix_by_mask[m]:
+                mix[label] += mix_by_mask[m]
         for i, name in enumerate(self.node_names):
             self.nodes[name].busy_us += node_busy[i]
 
@@ -381,7 +384,7 @@ class Accounting:
 
     def _copy(self, node: str, kind: str, c: KindCounters) -> KindCounters:
         copy = self._copies.get((node, kind))
-        if copy is None:
+        if copy is None or copy.requests != c.requests:  # every change counts a request
             copy = self._copies[node, kind] = c.copy()
         return copy
 
