@@ -11,10 +11,10 @@ apart.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, cast
+from typing import Any
 
 from exporter.kinds import Kinds
 from exporter.logline import Event, EventKind, Interval, Record
@@ -168,12 +168,13 @@ class Accounting:
 
     def add_all(self, recs: Iterable[Record]) -> None:
         """`add` each record, counted (the ingest path: one loop for a whole batch)."""
-        interval, event = self._interval, self._event
+        interval = self._interval
+        event: Callable[[Any], None] = self._event  # (what is no Interval is an Event)
         for rec in recs:
             if type(rec) is Interval:
                 interval(rec, True)
             else:
-                event(cast(Event, rec))
+                event(rec)
 
     def line_read(self, node: str, time_us: int | None, entries: int = 1) -> None:
         """The source read `entries` entries, the newest at journal time `time_us`."""
