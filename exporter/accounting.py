@@ -36,6 +36,7 @@ class KindCounters:
     prompt_us: int = 0
     generation_us: int = 0
     buckets: list[int] = field(default_factory=list)  # per bucket, not cumulative; last is +Inf
+    histogram_us: int = 0  # the durations the buckets hold (request_us since they last changed)
 
     def copy(self) -> KindCounters:
         c = KindCounters(
@@ -48,6 +49,7 @@ class KindCounters:
             self.generation_us,
         )
         c.buckets = list(self.buckets)
+        c.histogram_us = self.histogram_us
         return c
 
 
@@ -233,6 +235,7 @@ class Accounting:
             if g_us:
                 c.generation_us += g_us
             c.buckets[bisect.bisect_left(self.buckets_us, duration_us)] += 1
+            c.histogram_us += duration_us
             if ns.last_end_us is None or end_us > ns.last_end_us:
                 ns.last_end_us = end_us
         start = start_us if start_us > self.origin_us else self.origin_us
@@ -445,7 +448,10 @@ def state_of(acc: Accounting) -> dict[str, Any]:
                 **dict(zip(_NODE_COUNTERS, _node_counters(ns), strict=True)),
                 "start_lines": ns.start_lines,
                 "in_flight": [[slot, task, t] for (slot, task), t in ns.in_flight.items()],
-                "kinds": {k: [*_kind_counters(c), list(c.buckets)] for k, c in ns.kinds.items()},
+                "kinds": {
+                    k: [*_kind_counters(c), list(c.buckets), c.histogram_us]
+                    for k, c in ns.kinds.items()
+                },
             }
             for name, ns in acc.nodes.items()
         },
@@ -462,7 +468,10 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
     if not same_kinds:
         notes.append("the kinds changed: per-kind and mix counters start again from 0")
     elif not same_buckets:
-        notes.append("duration_buckets changed: the duration histograms start again from 0")
+        notes.append(
+            "duration_buckets changed: the duration histograms (buckets, count and sum) start "
+            "again from 0"
+        )
     acc.origin_us = int(state["origin_us"])
     acc.watermark_us = int(state["watermark_us"])
     saved_conc = [int(v) for v in state["concurrency_us"]]
@@ -491,6 +500,9 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
                     setattr(c, f, int(v))
                 if same_buckets:
                     c.buckets = [int(b) for b in values[len(_KIND_COUNTERS)]]
+                    # (a checkpoint from before the histogram kept its own sum: all of them)
+                    extra = values[len(_KIND_COUNTERS) + 1 :]
+                    c.histogram_us = int(extra[0]) if extra else c.request_us
     for name in acc.nodes.keys() - state["nodes"].keys():
         notes.append(f"node {name} is new: it starts at `since`")
     acc._copies.clear()

@@ -153,7 +153,7 @@ class SnapshotCollector(Collector):
         bounds = [_le(b) for b in snap.buckets_us] + ["+Inf"]
         for n in snap.nodes:
             for kind, c in n.kinds.items():
-                fam.add_metric([n.name, kind], _cumulative(bounds, c), _s(c.request_us))
+                fam.add_metric([n.name, kind], _cumulative(bounds, c), _s(c.histogram_us))
         return fam
 
     def _gauges(self, snap: Snapshot) -> Iterator[Metric]:
@@ -471,7 +471,7 @@ class _Layout:
         for p, n in zip(bucket_prefixes, c.buckets, strict=True):
             running += n
             out.append(f"{p}{_go(running)}\n")
-        out.append(f"{count}{_go(running)}\n{total_us}{_go(c.request_us / SECOND)}\n")
+        out.append(f"{count}{_go(running)}\n{total_us}{_go(c.histogram_us / SECOND)}\n")
         return "".join(out)
 
     def _gauge(self, out: list[str], name: str, values: Sequence[float | None]) -> None:

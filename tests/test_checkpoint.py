@@ -30,6 +30,7 @@ from exporter.accounting import (
     state_of,
 )
 from exporter.checkpoint import FORMAT, NAME, Checkpoint, CheckpointError
+from exporter.collector import Renderer
 from exporter.config import Config, FileNode
 from exporter.daemon import Daemon
 from exporter.demo import NODES, node_lines, short_iso
@@ -715,6 +716,8 @@ def test_restore_across_a_config_change(
             for f in PER_KIND:
                 assert getattr(c, f) == getattr(old.kinds[k], f), (name, k, f)
             assert c.buckets == (old.kinds[k].buckets if same_buckets else zero.buckets)
+            # the histogram's sum goes with its buckets (its count is theirs)
+            assert c.histogram_us == (old.kinds[k].histogram_us if same_buckets else 0)
     n = min(len(acc1.concurrency_us), len(acc2.concurrency_us))
     assert acc2.concurrency_us[:n] == acc1.concurrency_us[:n]
     assert acc2.concurrency_us[n:] == [0] * (len(acc2.concurrency_us) - n)
@@ -1107,3 +1110,35 @@ def test_a_failing_checkpoint_keeps_serving_the_last_one_and_recovers(
         one_streak(2, r0 + extra_requests, entries0 + len(extra))
     assert tmp_files(cfg.state_dir) == []
     assert mode_of(cp.path) == 0o600
+
+
+def test_a_checkpoint_from_before_the_histogram_sum_restores_it_from_request_seconds() -> None:
+    acc1 = base_acc()
+    state = json.loads(json.dumps(state_of(acc1)))
+    for node in state["nodes"].values():
+        for values in node["kinds"].values():
+            del values[-1]  # what an older exporter wrote: no histogram sum of its own
+    acc2 = new_acc(BASE_NODES, BASE_KINDS)
+    assert restore(acc2, state) == []
+    for name, ns in acc2.nodes.items():
+        for k, c in ns.kinds.items():
+            assert c.histogram_us == c.request_us == acc1.nodes[name].kinds[k].histogram_us
+
+
+def test_after_a_bucket_change_the_histogram_starts_again_whole() -> None:
+    """Its buckets, count and sum start from 0 together (a histogram whose sum kept the old
+    requests would show an average no request had); the request counters go on."""
+    acc1 = base_acc()
+    state = json.loads(json.dumps(state_of(acc1)))
+    acc2 = new_acc(BASE_NODES, BASE_KINDS, buckets_s=NEW_BUCKETS)
+    restore(acc2, state)
+    acc2.add(Interval("a", ORIGIN + 90 * SECOND, ORIGIN + 95 * SECOND, 100, slot=0, task=9))
+    got = parse_metrics(Renderer("1.2.3").text(acc2.snapshot()))
+    before = acc1.nodes["a"].kinds["reconcile"]
+    assert before.requests and before.request_us
+    labels = {"node": "a", "kind": "reconcile"}
+    assert sample(got, "smllm_requests_total", **labels) == before.requests + 1
+    assert sample(got, "smllm_request_seconds_total", **labels) == before.request_us / SECOND + 5
+    assert sample(got, "smllm_request_duration_seconds_count", **labels) == 1
+    assert sample(got, "smllm_request_duration_seconds_sum", **labels) == 5
+    assert sample(got, "smllm_request_duration_seconds_bucket", le="10.0", **labels) == 1
