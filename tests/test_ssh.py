@@ -28,13 +28,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from ssh_helpers import KINDS, MINUTE, REPO, local_config, local_node, now_us, requests, until_right
 from sshd import Sshd, User, keygen, public_key, require_ssh_tools, running_sshd, throwaway_user
 from test_daemon import DaemonThread
 from test_journal_source import (
@@ -52,9 +52,8 @@ from test_journal_source import (
 
 from exporter import report
 from exporter.accounting import SECOND
-from exporter.config import Config, ConfigError, SshNode, load
+from exporter.config import ConfigError, SshNode, load
 from exporter.daemon import Daemon
-from exporter.kinds import DEFAULT_RULES, Kinds
 from exporter.logline import Interval
 from exporter.parse import Parser
 from exporter.sources import SourceError
@@ -62,11 +61,6 @@ from exporter.sources.dump import read_dump
 from exporter.sources.ssh import FIELDS, GREP, Features, journalctl, read_window
 
 from conftest import IN_CI, Samples, parse_metrics, sample, wait_for
-
-REPO = Path(__file__).resolve().parent.parent
-KINDS = Kinds(DEFAULT_RULES)
-MINUTE = 60 * SECOND
-
 
 # -- fixtures: the tools, one sshd for the session, a throwaway user, quoted journal dirs ---------
 
@@ -175,43 +169,11 @@ def remote_followers(directory: Path) -> list[int]:
 
 
 def ssh_node(server: Sshd, known_hosts: Path, name: str, directory: Path, **kw: object) -> SshNode:
-    node = SshNode(
-        name=name,
-        host="127.0.0.1",
-        unit=UNIT,
-        port=server.port,
-        user="root",
-        known_hosts=known_hosts,
-        client_keys=(server.client_key,),
-        journal_directory=str(directory),
-    )
-    return replace(node, **kw)  # type: ignore[arg-type]
+    return local_node(name, server.port, known_hosts, server.client_key, str(directory), **kw)
 
 
 def daemon(tmp_path: Path, since_us: int, *nodes: SshNode) -> Daemon:
-    cfg = Config(
-        state_dir=tmp_path / "state",
-        listen_host="127.0.0.1",
-        listen_port=0,
-        since=iso(since_us),
-        nodes=nodes,
-    )
-    return Daemon(cfg, publish_seconds=0.1)
-
-
-def now_us() -> int:
-    return int(time.time()) * SECOND
-
-
-def settle(check: Callable[[], list[str]], timeout: float, what: str) -> None:
-    """Wait until `check` finds no problem; fail with the last ones it found."""
-    deadline = time.monotonic() + timeout
-    problems = check()
-    while problems and time.monotonic() < deadline:
-        time.sleep(0.1)
-        problems = check()
-    if problems:
-        pytest.fail(f"{what}: still wrong after {timeout} s: {problems[:8]}")
+    return Daemon(local_config(tmp_path, since_us, *nodes), publish_seconds=0.1)
 
 
 def follow_problems(
@@ -247,12 +209,39 @@ def follow_problems(
     return problems
 
 
-def requests(samples: Samples, node: str) -> float:
-    return sum(
-        v
-        for (n, labels), v in samples.items()
-        if n == "smllm_requests_total" and ("node", node) in labels
+def caught_up(
+    d: DaemonThread,
+    dumps: dict[str, Path],
+    since_us: int,
+    until_us: int | None,
+    journals: Path,
+    timeout: float,
+    what: str,
+) -> None:
+    """Wait until node a has read everything the remote journalctl sends of `journals`, and its
+    figures equal the dump's (follow_problems)."""
+    until_right(
+        lambda: follow_problems(d, dumps, since_us, until_us, {"a": grep_count(journals)}),
+        timeout,
+        what,
     )
+
+
+def first_file(
+    journals: Path, tmp_path: Path, seed: int, since_us: int
+) -> tuple[list[Entry], dict[str, Path]]:
+    """20 minutes of workload `seed` from `since_us` written to `journals`, and node a's dump."""
+    first = workload(seed, since_us, since_us + 20 * MINUTE)
+    write(journals, "remote-1.journal", first)
+    return first, {"a": dump(journals, UNIT, tmp_path / "a.json")}
+
+
+def second_file(journals: Path, entries: list[Entry], dumps: dict[str, Path]) -> int:
+    """`entries` written to `journals` beside the first file, node a's dump redone; the time of
+    the newest entry the remote journalctl sends."""
+    write(journals, "remote-2.journal", entries)
+    dump(journals, UNIT, dumps["a"])
+    return newest_sent(journals)
 
 
 def unit_requests(entries: list[Entry], unit: str = UNIT) -> int:
@@ -272,16 +261,10 @@ def test_follow_reads_everything_then_what_is_appended(
 ) -> None:
     now = now_us()
     since = now - 40 * MINUTE  # the first file is history: lag would show if never caught up
-    first = workload(1, since, since + 20 * MINUTE)
-    write(journals, "remote-1.journal", first)
+    first, dumps = first_file(journals, tmp_path, 1, since)
     node = ssh_node(server, known_hosts, "a", journals)
-    dumps = {"a": dump(journals, UNIT, tmp_path / "a.json")}
     with DaemonThread(daemon(tmp_path, since, node)) as d:
-        settle(
-            lambda: follow_problems(d, dumps, since, None, {"a": grep_count(journals)}),
-            30,
-            "the first file read",
-        )
+        caught_up(d, dumps, since, None, journals, 30, "the first file read")
         samples = parse_metrics(d.metrics())
         # caught up: the watermark went past the newest entry, up to the clock
         assert (sample(samples, "smllm_accounted_until_timestamp_seconds") or 0) * SECOND > (
@@ -295,15 +278,9 @@ def test_follow_reads_everything_then_what_is_appended(
         # a second file in the same directory, its entries ahead of the clock (never late)
         start2 = now + 10 * MINUTE
         second = workload(2, start2, start2 + 10 * MINUTE)
-        write(journals, "remote-2.journal", second)
-        dump(journals, UNIT, dumps["a"])
-        t_end = newest_sent(journals)
+        t_end = second_file(journals, second, dumps)
         assert t_end > max(e.time_us for e in first)
-        settle(
-            lambda: follow_problems(d, dumps, since, t_end, {"a": grep_count(journals)}),
-            30,
-            "the appended file read",
-        )
+        caught_up(d, dumps, since, t_end, journals, 30, "the appended file read")
         samples = parse_metrics(d.metrics())
         assert requests(samples, "a") == unit_requests(first) + unit_requests(second)
         assert sample(samples, "smllm_source_reconnects_total", node="a") == 0
@@ -329,32 +306,20 @@ def restart(
     written while none runs; a new daemon on the same state must count everything once."""
     now = now_us()
     since = now - 40 * MINUTE
-    first = workload(3, since, since + 20 * MINUTE)
-    write(journals, "remote-1.journal", first)
+    first, dumps = first_file(journals, tmp_path, 3, since)
     node = ssh_node(server, known_hosts, "a", journals)
-    dumps = {"a": dump(journals, UNIT, tmp_path / "a.json")}
     with DaemonThread(daemon(tmp_path, since, node)) as d:
-        settle(
-            lambda: follow_problems(d, dumps, since, None, {"a": grep_count(journals)}),
-            30,
-            "the first run caught up",
-        )
+        caught_up(d, dumps, since, None, journals, 30, "the first run caught up")
     wait_for(lambda: not remote_followers(journals), 10, "the remote journalctl gone")
 
     start2 = now + 10 * MINUTE
     second = first_requests(workload(4, start2, start2 + 30 * MINUTE), later)
-    write(journals, "remote-2.journal", second)  # while no daemon runs
-    dump(journals, UNIT, dumps["a"])
-    t_end = newest_sent(journals)
+    t_end = second_file(journals, second, dumps)  # while no daemon runs
     assert t_end == second[-1].time_us
     with DaemonThread(daemon(tmp_path, since, node)) as d:
         # the checkpoint's counters from the start, then only what follows its cursor
         assert requests(parse_metrics(d.metrics()), "a") == unit_requests(first)
-        settle(
-            lambda: follow_problems(d, dumps, since, t_end, {"a": grep_count(journals)}),
-            timeout,
-            "the second run: everything once",
-        )
+        caught_up(d, dumps, since, t_end, journals, timeout, "the second run: everything once")
         samples = parse_metrics(d.metrics())
         assert requests(samples, "a") == unit_requests(first) + later
         assert sample(samples, "smllm_source_gaps_total", node="a") == 0

@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -31,16 +30,16 @@ from typing import Any, TypeVar
 
 import asyncssh
 import pytest
+from ssh_helpers import KINDS, MINUTE, REPO, local_config, local_node, now_us, requests, until_right
 from test_daemon import DaemonThread
-from test_journal_source import compare, iso
+from test_journal_source import UNIT, compare, iso
 
 import exporter.daemon
 from exporter import report
 from exporter.accounting import SECOND
-from exporter.config import Config, SshNode
+from exporter.config import SshNode
 from exporter.daemon import Daemon
 from exporter.demo import node_lines
-from exporter.kinds import DEFAULT_RULES, Kinds
 from exporter.logline import Batch, LogLine
 from exporter.parse import KEYWORDS
 from exporter.sources.dump import DumpLineError, LineDecoder
@@ -50,10 +49,6 @@ from conftest import Samples, free_port, http_get, parse_metrics, sample, wait_f
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
-UNIT = "sm-llm.service"
-KINDS = Kinds(DEFAULT_RULES)
-MINUTE = 60 * SECOND
 T = TypeVar("T")
 REJECTED = "journalctl: unrecognized option '{}'"  # what systemd 219 says
 
@@ -299,11 +294,12 @@ class FakeNode:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _select(self, o: Options, start: int) -> list[tuple[int, Item]]:
+    @staticmethod
+    def _select(items: list[Item], o: Options, start: int = 0) -> list[tuple[int, Item]]:
         """The items from index `start` that the options let through, in journal order."""
         out = []
-        for i in range(start, len(self.items)):
-            it = self.items[i]
+        for i in range(start, len(items)):
+            it = items[i]
             e = it.entry
             if e is None:
                 if o.follow:  # garbage in the stream, not in the journal
@@ -349,7 +345,7 @@ class FakeNode:
                 process.exit(1)
                 return
             if not o.follow:
-                selected = self._select(o, self._start_index(o))
+                selected = self._select(self.items, o, self._start_index(o))
                 if o.n is not None:
                     selected = selected[len(selected) - o.n :] if o.n else []
                 process.stdout.write(b"".join(self._line(o, it) for _, it in selected))
@@ -368,13 +364,13 @@ class FakeNode:
         try:
             position = self._start_index(o)
             if not o.no_tail:
-                tail = self._select(o, position)[-10:]
+                tail = self._select(self.items, o, position)[-10:]
                 position = tail[0][0] if tail else len(self.items)
             while not process.is_closing():
                 changed = self._changed
                 assert changed is not None
                 if not self.stalled:
-                    selected = self._select(o, position)
+                    selected = self._select(self.items, o, position)
                     position = len(self.items)
                     data = b"".join(self._line(o, it) for _, it in selected)
                     if data and not await self._send(process, data):
@@ -446,20 +442,20 @@ class Journal:
         return out
 
 
+def source_options(follow: bool = True) -> Options:
+    """What the source asks journalctl for: its unit, --output-fields and --grep."""
+    return Options(unit=UNIT, fields=FIELDS.split(","), grep=re.compile(GREP), follow=follow)
+
+
 def served_size(items: list[Item]) -> int:
     """The bytes a follow stream with the source's filters sends for `items`."""
-    o = Options(unit=UNIT, fields=FIELDS.split(","), grep=re.compile(GREP), follow=True)
-    fake = FakeNode.__new__(FakeNode)
-    fake.items = items
-    return sum(len(FakeNode._line(o, it)) for _, it in fake._select(o, 0))
+    o = source_options()
+    return sum(len(FakeNode._line(o, it)) for _, it in FakeNode._select(items, o))
 
 
 def served_count(items: list[Item]) -> int:
     """How many lines the source's follow stream sends for `items`, each once."""
-    o = Options(unit=UNIT, fields=FIELDS.split(","), grep=re.compile(GREP), follow=True)
-    fake = FakeNode.__new__(FakeNode)
-    fake.items = items
-    return len(fake._select(o, 0))
+    return len(FakeNode._select(items, source_options()))
 
 
 def entries_once(samples: Samples, fake: FakeNode) -> None:
@@ -470,10 +466,8 @@ def entries_once(samples: Samples, fake: FakeNode) -> None:
 
 def newest_sent(items: list[Item]) -> int:
     """The journal time of the newest entry the source's follow stream sends."""
-    o = Options(unit=UNIT, fields=FIELDS.split(","), grep=re.compile(GREP))
-    fake = FakeNode.__new__(FakeNode)
-    fake.items = items
-    times = [int(it.entry["__REALTIME_TIMESTAMP"]) for _, it in fake._select(o, 0) if it.entry]
+    selected = FakeNode._select(items, source_options(follow=False))
+    times = [int(it.entry["__REALTIME_TIMESTAMP"]) for _, it in selected if it.entry]
     return max(times, default=0)
 
 
@@ -582,33 +576,19 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def ssh_node(fake: FakeNode, tmp_path: Path, name: str = "a") -> SshNode:
-    return SshNode(
-        name=name,
-        host="127.0.0.1",
-        unit=UNIT,
-        port=fake.port,
-        user="root",
-        known_hosts=fake.known_hosts(tmp_path / "known_hosts"),
-        client_keys=(fake.client_key_file(tmp_path / "id_ed25519"),),
-        journal_directory="/var/log/journal/it's $HOME",
+    return local_node(
+        name,
+        fake.port,
+        fake.known_hosts(tmp_path / "known_hosts"),
+        fake.client_key_file(tmp_path / "id_ed25519"),
+        "/var/log/journal/it's $HOME",
         keepalive_interval=0.3,
         keepalive_count_max=2,
     )
 
 
 def make_daemon(tmp_path: Path, since_us: int, node: SshNode) -> Daemon:
-    cfg = Config(
-        state_dir=tmp_path / "state",
-        listen_host="127.0.0.1",
-        listen_port=0,
-        since=iso(since_us),
-        nodes=(node,),
-    )
-    return Daemon(cfg, publish_seconds=0.1, tick_seconds=0.1)
-
-
-def now_us() -> int:
-    return int(time.time()) * SECOND
+    return Daemon(local_config(tmp_path, since_us, node), publish_seconds=0.1, tick_seconds=0.1)
 
 
 def problems(samples: Samples, fake: FakeNode, since_us: int, node: str = "a") -> list[str]:
@@ -631,22 +611,16 @@ def problems(samples: Samples, fake: FakeNode, since_us: int, node: str = "a") -
 
 
 def settle(scraper: Scraper, fake: FakeNode, since_us: int, timeout: float, what: str) -> Samples:
-    deadline = time.monotonic() + timeout
-    while True:
+    """Fresh scrapes until one finds no problem; its samples."""
+    samples: Samples = {}
+
+    def check() -> list[str]:
+        nonlocal samples
         samples = scraper.fresh()
-        found = problems(samples, fake, since_us)
-        if not found:
-            return samples
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: still wrong after {timeout} s: {found[:8]}")
+        return problems(samples, fake, since_us)
 
-
-def requests(samples: Samples, node: str = "a") -> float:
-    return sum(
-        v
-        for (n, labels), v in samples.items()
-        if n == "smllm_requests_total" and ("node", node) in labels
-    )
+    until_right(check, timeout, what, pause=0)
+    return samples
 
 
 def counter(samples: Samples, name: str, node: str = "a") -> float:
@@ -935,10 +909,9 @@ def test_a_full_queue_holds_the_stream_back_and_loses_nothing(
 
     lines, entries, position, refused = asyncio.run(follow())
     items: list[Item] = fake.get("items")
-    o = Options(unit=UNIT, fields=FIELDS.split(","), grep=re.compile(GREP), follow=True)
-    selector = FakeNode.__new__(FakeNode)
-    selector.items = items
-    served = [it.entry for _, it in selector._select(o, 0) if it.entry is not None]
+    served = [
+        it.entry for _, it in FakeNode._select(items, source_options()) if it.entry is not None
+    ]
     assert refused > 0, "the queue was never full: nothing was held"
     assert entries == len(served)
     assert lines == [
