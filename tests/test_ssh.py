@@ -289,6 +289,40 @@ def test_follow_reads_everything_then_what_is_appended(
     wait_for(lambda: not remote_followers(journals), 10, "the remote journalctl gone")
 
 
+@pytest.mark.slow
+def test_a_journal_that_ends_before_since_is_caught_up_at_once(
+    server: Sshd, known_hosts: Path, journals: Path, tmp_path: Path
+) -> None:
+    """`since` after the node's newest entry (the default `since: now` on an idle node): the
+    stream will never bring that entry, and the node must still vouch for "nothing unread up
+    to now - 2 s", or the cluster's figures would wait for its next line."""
+    now = now_us()
+    write(journals, "remote-1.journal", workload(5, now - 60 * MINUTE, now - 40 * MINUTE))
+    since = now - 10 * MINUTE
+    node = ssh_node(server, known_hosts, "a", journals)
+    with DaemonThread(daemon(tmp_path, since, node)) as d:
+
+        def problems() -> list[str]:
+            samples = parse_metrics(d.metrics())
+            out = []
+            until = round(
+                (sample(samples, "smllm_accounted_until_timestamp_seconds") or 0) * SECOND
+            )
+            if until < since + 3 * SECOND:  # (no launch lines: max_request_seconds behind now)
+                out.append(f"accounted until {iso(until)}, not past {iso(since + 3 * SECOND)}")
+            for name, want in (("smllm_source_up", 1), ("smllm_source_lag_seconds", 0)):
+                if sample(samples, name, node="a") != want:
+                    out.append(f"{name} {sample(samples, name, node='a')}, not {want}")
+            return out
+
+        until_right(problems, 30, "the node caught up with nothing to read")
+        samples = parse_metrics(d.metrics())
+        until = sample(samples, "smllm_accounted_until_timestamp_seconds") or 0
+        assert requests(samples, "a") == 0
+        idle = sample(samples, "smllm_concurrency_seconds_total", nodes_busy="0")
+        assert idle == pytest.approx(until - since / SECOND)
+
+
 # -- 2. resuming after a daemon restart ----------------------------------------------------------
 
 

@@ -5,7 +5,8 @@ once). Passwords come from a file or an environment variable and are never logge
 argument of the remote command is quoted. What the node's journalctl supports (`--output-fields`,
 `--grep`) is probed once per connection by trying it. The stream resumes after the last cursor
 read (`--after-cursor`), or from `since` on a first start; the source counts as caught up once it
-has read the entry that was newest, under the same filters, when the stream started. The remote
+has read the entry that was newest, under the same filters, when the stream started (at once
+when that entry is older than `since` on a first start: it will never come). The remote
 journalctl is stopped by closing its channel (root sessions refuse signals).
 
 The follow stream is gathered, not read packet by packet: a node's journalctl writes each entry
@@ -162,8 +163,9 @@ class SshSource:
             async with asyncssh.connect(node.host, **connect_options(node, password)) as conn:
                 features = await self._probe(conn)
                 gap = await self._check_cursor(conn)
-                newest = await self._newest(conn, features)
-                await self._stream(conn, features, newest, gap, out)
+                newest, newest_us = await self._newest(conn, features)
+                caught_up = self._caught_up_at_start(newest, newest_us)
+                await self._stream(conn, features, newest, caught_up, gap, out)
         except (asyncssh.Error, OSError) as e:
             raise SourceError(explain(node, e)) from None
         except TimeoutError:
@@ -218,8 +220,11 @@ class SshSource:
             )
         return Features(output_fields, grep)
 
-    async def _newest(self, conn: asyncssh.SSHClientConnection, features: Features) -> str:
-        """The cursor of the newest entry under the same filters, when the stream starts."""
+    async def _newest(
+        self, conn: asyncssh.SSHClientConnection, features: Features
+    ) -> tuple[str, int | None]:
+        """The cursor and journal time of the newest entry under the same filters, when the
+        stream starts ("" and None for an empty journal)."""
         r = await conn.run(
             journalctl(self.node, "-n", "1", features=features),
             check=False,
@@ -232,10 +237,24 @@ class SshSource:
             )
         for raw in reversed(_text(r.stdout).splitlines()):
             try:
-                return str(json.loads(raw)["__CURSOR"])
+                rec = json.loads(raw)
+                cursor = str(rec["__CURSOR"])
             except (ValueError, KeyError, TypeError):
                 continue
-        return ""
+            try:
+                return cursor, int(rec["__REALTIME_TIMESTAMP"])
+            except (ValueError, KeyError, TypeError):
+                return cursor, None
+        return "", None
+
+    def _caught_up_at_start(self, newest: str, newest_us: int | None) -> bool:
+        """Has the stream nothing to send of what the journal holds now? So when the journal is
+        empty, when the saved cursor is its newest entry, or on a first start (from `since`)
+        when its newest entry is older than `since`: it will never come."""
+        if not newest or newest == self.cursor:
+            return True
+        since_whole_s = self.since_us // 1_000_000 * 1_000_000  # --since @S: whole seconds
+        return not self.cursor and newest_us is not None and newest_us < since_whole_s
 
     def _start_args(self) -> list[str]:
         # --no-tail: without it --follow shows only the last 10 entries after the cursor
@@ -248,10 +267,11 @@ class SshSource:
         conn: asyncssh.SSHClientConnection,
         features: Features,
         newest: str,
+        caught_up: bool,
         gap: bool,
         out: asyncio.Queue[Batch],
     ) -> None:
-        follow = _Follow(self, out, _ticks(), newest, caught_up=not newest or newest == self.cursor)
+        follow = _Follow(self, out, _ticks(), newest, caught_up=caught_up)
         chan, _ = await conn.create_session(
             lambda: follow,
             journalctl(self.node, *self._start_args(), features=features),
