@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,6 +36,12 @@ def _input(text: str) -> tuple[str, Path]:
     return node, Path(path)
 
 
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+# Where systemd puts the service's credentials: what `${CREDENTIALS_DIRECTORY}` in a config's
+# paths means in the service, for the commands an operator runs from a shell.
+SERVICE_CREDENTIALS = "/run/credentials/sm-llm-exporter.service"
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="sm-llm-exporter",
@@ -42,16 +49,17 @@ def _parser() -> argparse.ArgumentParser:
         "from their journals.",
     )
     ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    ap.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="default: info",
+    ap.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="default: info")
+    # ... and after the command too (`run --log-level debug`)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS, help="default: info"
     )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser(
         "run",
+        parents=[common],
         help="the daemon: follow every node's journal and serve /metrics",
         description="Follow every configured node's journal and serve /metrics, /-/healthy "
         "and /-/ready. SIGTERM or SIGINT stop it cleanly.",
@@ -66,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser(
         "check-config",
+        parents=[common],
         help="check a config file; every problem at once",
         description="Check a config file and list every problem with its key path and line. "
         "Exit 0 only when it is valid.",
@@ -74,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
 
     kh = sub.add_parser(
         "known-hosts",
+        parents=[common],
         help="fetch and print SSH nodes' host keys with fingerprints, for review",
         description="Connect to each named SSH node (all when none is named), fetch its host "
         "key without trusting it, and print known_hosts lines with their SHA256 fingerprints. "
@@ -90,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser(
         "demo",
+        parents=[common],
         help="the daemon on three demo nodes (no sm-llm unit or SSH needed)",
         description="Write the last hour of a seeded three-node workload as journal dumps, "
         "append each later line as its time comes, and run the daemon on them.",
@@ -104,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser(
         "report",
+        parents=[common],
         help="how busy the nodes were over a past window (the seed's tables)",
         description="Read the nodes' journals over [--since, --until] and print how busy each "
         "node was, how many worked at once and how the work split by kind. Requests count by "
@@ -170,12 +182,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def _load(path: Path) -> config.Config | None:
+class _ServiceEnv(Mapping[str, str]):
+    """The environment, with `$CREDENTIALS_DIRECTORY` the service's where it is not set; tells
+    whether that stand-in was read."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env, self.stood_in = env, False
+
+    def __getitem__(self, name: str) -> str:
+        if name == "CREDENTIALS_DIRECTORY" and name not in self.env:
+            self.stood_in = True
+            return SERVICE_CREDENTIALS
+        return self.env[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name == "CREDENTIALS_DIRECTORY" or name in self.env
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({*self.env, "CREDENTIALS_DIRECTORY"})
+
+    def __len__(self) -> int:
+        return len({*self.env, "CREDENTIALS_DIRECTORY"})
+
+
+def _load(path: Path, *, as_service: bool = False) -> config.Config | None:
+    """The config at `path`, or None with its problems logged. `as_service`: read an unset
+    `${CREDENTIALS_DIRECTORY}` as the service will see it (for checks run from a shell)."""
+    env = _ServiceEnv(os.environ) if as_service else os.environ
     try:
-        return config.load(path, available=daemon.AVAILABLE_SOURCES)
+        cfg = config.load(path, env, available=daemon.AVAILABLE_SOURCES)
     except config.ConfigError as e:
         log.error("%s", e)
         return None
+    if isinstance(env, _ServiceEnv) and env.stood_in:
+        log.info(
+            "$CREDENTIALS_DIRECTORY is not set: read as the service's, %s", SERVICE_CREDENTIALS
+        )
+    return cfg
 
 
 def _progress(node: str, entries: int, reached_us: int | None) -> None:
@@ -191,7 +234,7 @@ def _progress(node: str, entries: int, reached_us: int | None) -> None:
 
 
 def _known_hosts(path: Path, names: list[str]) -> int:
-    cfg = _load(path)
+    cfg = _load(path, as_service=True)  # (only hosts and ports are used)
     if cfg is None:
         return 1
     ssh_nodes = [n for n in cfg.nodes if isinstance(n, config.SshNode)]
@@ -212,7 +255,7 @@ def _known_hosts(path: Path, names: list[str]) -> int:
 
 
 def _check_config(path: Path) -> int:
-    cfg = _load(path)
+    cfg = _load(path, as_service=True)
     if cfg is None:
         return 1
     print(f"{path}: valid, {len(cfg.nodes)} node(s)")
@@ -228,7 +271,11 @@ def _run(path: Path) -> int:
     log.info("sm-llm-exporter %s starting with %s", __version__, path)
     for line in config.describe(cfg):
         log.info("%s", line)
-    asyncio.run(daemon.Daemon(cfg).run_until_signalled())
+    try:
+        asyncio.run(daemon.Daemon(cfg).run_until_signalled())
+    except OSError as e:  # the port taken, the state directory not writable: no traceback
+        log.error("cannot run: %s", e)
+        return 1
     return 0
 
 

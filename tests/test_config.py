@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ import yaml
 
 from exporter import daemon
 from exporter.accounting import DEFAULT_BUCKETS_S
-from exporter.cli import main
+from exporter.cli import SERVICE_CREDENTIALS, main
 from exporter.config import (
     _KIND_KEYS,
     _NODE_KEYS,
@@ -1020,15 +1021,48 @@ def test_check_config_bad_file_prints_every_problem_on_stderr(
     assert out == ""
     # the CLI checks against the sources the daemon can follow: more problems than MANY_PROBLEMS
     # when some source is not available
+    # ... and reads an unset ${CREDENTIALS_DIRECTORY} as the service will see it
+    service_env = {**os.environ, "CREDENTIALS_DIRECTORY": SERVICE_CREDENTIALS}
     expected = [
         p.replace("cfg.yaml", str(path), 1)
-        for p in problems(MANY, env=os.environ, available=daemon.AVAILABLE_SOURCES)
+        for p in problems(MANY, env=service_env, available=daemon.AVAILABLE_SOURCES)
     ]
-    assert set(MANY_PROBLEMS) <= {p.replace(str(path), "cfg.yaml", 1) for p in expected}
+    assert set(MANY_PROBLEMS[:-1]) <= {p.replace(str(path), "cfg.yaml", 1) for p in expected}
+    assert "CREDENTIALS_DIRECTORY is not set" in MANY_PROBLEMS[-1]
     assert f"{path}: {len(expected)} problem(s):" in err
     printed = [line for line in err.splitlines() if line.startswith(f"{path}:")]
     assert printed == expected
     assert "hunter2" not in err
+
+
+CREDENTIALS_NODE = y(
+    "nodes:",
+    "  - name: a",
+    "    source: ssh",
+    "    host: h",
+    "    known_hosts: ${CREDENTIALS_DIRECTORY}/ssh_known_hosts",
+)
+
+
+@pytest.mark.parametrize("level", [None, "warning"])
+def test_check_config_from_a_shell_reads_credentials_as_the_service_will(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: str | None
+) -> None:
+    """systemd sets $CREDENTIALS_DIRECTORY in the service only: checked from a shell, a config
+    written for the service is valid, and says how it was read (an INFO line, which
+    `--log-level warning`, given after the command, silences)."""
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    path = tmp_path / "c.yaml"
+    path.write_text(CREDENTIALS_NODE, encoding="utf-8")
+    code, out, err = cli("check-config", str(path), *(["--log-level", level] if level else []))
+    assert code == 0, err
+    assert out.startswith(f"{path}: valid, 1 node(s)")
+    said = f"read as the service's, {SERVICE_CREDENTIALS}" in err
+    assert said == (level is None), err
+    # `run` is the service: there the variable must be set
+    code, _, err = cli("run", "--config", str(path))
+    assert code == 1
+    assert "$CREDENTIALS_DIRECTORY is not set" in err
 
 
 # a valid node of each source kind
@@ -1138,6 +1172,30 @@ def test_run_with_a_bad_config_exits_1_without_starting(
     assert fake_daemon == []
     assert f"ERROR exporter.cli: {path}: " in err
     assert "starting" not in err
+
+
+def test_run_on_a_taken_port_says_so_and_exits_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = tmp_path / "c.yaml"
+        path.write_text(
+            y(f'listen: "127.0.0.1:{port}"', f"state_dir: {tmp_path / 'state'}", *FILE_NODE),
+            encoding="utf-8",
+        )
+        r = subprocess.run(
+            [sys.executable, "-m", "exporter", "run", "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            cwd=ROOT,
+        )
+    assert r.returncode == 1, r.stderr
+    assert "ERROR exporter.cli: cannot run: " in r.stderr
+    assert "address already in use" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize(

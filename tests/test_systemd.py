@@ -118,21 +118,24 @@ def test_unit_keeps_what_the_service_needs() -> None:
     assert s[("Install", "WantedBy")] == ["multi-user.target"]
 
 
-def test_execstart_config_path_is_the_documented_one() -> None:
-    """systemd expands ${CONFIGURATION_DIRECTORY} to every ConfigurationDirectory= path joined
-    with ':' (systemd.exec(5)); --config must still name /etc/sm-llm-exporter/config.yaml."""
+def test_the_config_reaches_the_dynamic_user_as_a_credential() -> None:
+    """systemd does not hand a ConfigurationDirectory= over to a DynamicUser= (systemd.exec(5)):
+    the service could not read /etc/sm-llm-exporter/config.yaml itself. --config must name a
+    credential that systemd loads (as root) from the documented path, and the directory stays
+    root-only. (Checked on the unit's text: this machine has no systemd as PID 1 to start it.)"""
     s = unit_settings(UNIT.read_text())
-    env = {
-        "CONFIGURATION_DIRECTORY": ":".join(
-            f"/etc/{d}" for v in s.get(("Service", "ConfigurationDirectory"), []) for d in v.split()
-        ),
-        "STATE_DIRECTORY": ":".join(
-            f"/var/lib/{d}" for v in s.get(("Service", "StateDirectory"), []) for d in v.split()
-        ),
-    }
-    argv = s[("Service", "ExecStart")][0].replace("%E", "/etc").replace("%S", "/var/lib").split()
-    expanded = [re.sub(r"\$\{(\w+)\}", lambda m: env.get(m[1], ""), a) for a in argv]
-    assert expanded[expanded.index("--config") + 1] == str(DEFAULT_PATH)
+    assert s[("Service", "DynamicUser")] == ["yes"]
+    credentials = dict(
+        c.split(":", 1) for v in s.get(("Service", "LoadCredential"), []) for c in v.split()
+    )
+    argv = s[("Service", "ExecStart")][0].split()
+    config_arg = argv[argv.index("--config") + 1]
+    prefix = "${CREDENTIALS_DIRECTORY}/"
+    assert config_arg.startswith(prefix), config_arg
+    assert credentials[config_arg.removeprefix(prefix)] == str(DEFAULT_PATH)
+    assert s[("Service", "ConfigurationDirectoryMode")] == ["0700"]
+    # the SSH secrets too: a directory of them, each file a credential of its own
+    assert credentials["ssh"] == str(DEFAULT_PATH.parent / "ssh")
 
 
 def test_systemd_analyze_verify_passes(unit_copy: Path) -> None:
