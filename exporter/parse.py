@@ -337,6 +337,10 @@ def tokenize(msg: str) -> Token | None:
     kind = _classify(msg)
     if kind is None:
         return None
+    if kind in ("total", "component"):
+        slot, task = _ids(msg)
+        if task is not None and task < 0:  # `task -1` lines are not requests (DESIGN §2)
+            return (OTHER, None, None, None, None)
     if kind == "total":
         m = _TOTAL.search(msg)
         if m is None:
@@ -346,9 +350,8 @@ def tokenize(msg: str) -> Token | None:
             tokens = _count(m.group(2)) if m.group(2) is not None else None
         except ParseError as e:
             raise ParseError(str(e), total=True) from None
-        return (TOTAL, *_ids(msg), us, tokens)
+        return (TOTAL, slot, task, us, tokens)
     if kind == "component":
-        slot, task = _ids(msg)
         m = _PROMPT.search(msg)
         if m is not None:
             return (PROMPT, slot, task, ms_to_us(m.group(1)), _count(m.group(2)))

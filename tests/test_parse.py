@@ -382,8 +382,18 @@ def kinds(events: list[Event]) -> list[tuple[EventKind, int | None]]:
             0,
             [(EventKind.STARTED, 1), (EventKind.CANCELLED, 1), (EventKind.STARTED, 2)],
         ),
-        # task -1 lines are not requests
+        # task -1 lines are not requests, timing lines neither (even garbled ones)
         ([(0, START.format(t=-1)), (10, STOP.format(t=-1)), (5000, "x")], 0, []),
+        (
+            [
+                (10, "slot print_timing: id  0 | task -1 | " + PROMPT_C),
+                (10, "slot print_timing: id  0 | task -1 | " + TOTAL_C),
+                (20, "slot print_timing: id  0 | task -1 |       total time = 4x ms"),
+                (30, "INFO [ print_timings] total time =    4535.45 ms | id_slot=0 id_task=-1"),
+            ],
+            0,
+            [],
+        ),
         # era B start and release (the release comes after the block: no cancel)
         (
             [
@@ -422,6 +432,7 @@ def kinds(events: list[Event]) -> list[tuple[EventKind, int | None]]:
         "cancel-by-time",
         "cancel-by-next-start",
         "task-minus-one",
+        "task-minus-one-timing",
         "era-b-release",
         "era-b-cancel",
     ],
