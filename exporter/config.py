@@ -261,7 +261,7 @@ class _Checker:
         try:
             return kind(d[key])
         except (TypeError, ValueError) as e:
-            shown = "" if key == "password_env" else f", got {_show(d[key])}"  # a pasted secret?
+            shown = "" if key in _MAY_HOLD_A_SECRET else f", got {_show(d[key])}"
             self.problem(sub, f"{what}{shown}" + (f" ({e})" if str(e) else ""))
             return default
 
@@ -469,6 +469,11 @@ class _Checker:
         if not isinstance(value, list):
             raise ValueError("")
         return tuple(self._path(v) for v in value)
+
+
+# Keys whose bad value may be a secret pasted by mistake (a password, key material): never
+# echoed in a problem (the problem still names the key, its line and what it must be).
+_MAY_HOLD_A_SECRET = frozenset({"password_env", "password_file", "client_keys"})
 
 
 def _show(value: Any) -> str:

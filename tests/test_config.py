@@ -295,9 +295,7 @@ BAD: list[tuple[str, str, list[str]]] = [
     (
         "credentials-directory-not-set",
         ssh_key("password_file", "${CREDENTIALS_DIRECTORY}/key"),
-        [
-            "cfg.yaml:5: nodes[0].password_file: must be a path, got '${CREDENTIALS_DIRECTORY}/key' ($CREDENTIALS_DIRECTORY is not set)"
-        ],
+        ["cfg.yaml:5: nodes[0].password_file: must be a path ($CREDENTIALS_DIRECTORY is not set)"],
     ),
     (
         "credentials-directory-not-set-journal-directory",
@@ -334,7 +332,7 @@ BAD: list[tuple[str, str, list[str]]] = [
         "credentials-directory-not-set-in-a-list",
         ssh_key("client_keys", "[/k, $CREDENTIALS_DIRECTORY/id]"),
         [
-            "cfg.yaml:5: nodes[0].client_keys: must be a list of paths, got ['/k', '$CREDENTIALS_DIRECTORY/id'] ($CREDENTIALS_DIRECTORY is not set)"
+            "cfg.yaml:5: nodes[0].client_keys: must be a list of paths ($CREDENTIALS_DIRECTORY is not set)"
         ],
     ),
     (
@@ -447,7 +445,9 @@ SSH_VALUES: list[tuple[str, str, str]] = [
     ("password_env", "1PW", "must be an environment variable name"),
     ("password_env", "'NODE PW'", "must be an environment variable name"),
     ("user", "''", "must be a user name, got ''"),
-    ("client_keys", "/id_ed25519", "must be a list of paths, got '/id_ed25519'"),
+    ("client_keys", "/id_ed25519", "must be a list of paths"),
+    ("client_keys", "'-----BEGIN OPENSSH PRIVATE KEY-----'", "must be a list of paths"),
+    ("password_file", "[hunter2]", "must be a path"),
     ("known_hosts", "[/a]", "must be a path, got ['/a']"),
     ("journal_directory", "'  '", "must be a path on the node, got '  '"),
     ("unit", "sm-llm.d", "must be a systemd unit name, got 'sm-llm.d'"),
