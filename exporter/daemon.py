@@ -150,6 +150,8 @@ class Daemon:
         self._started: set[str] = set()
         self._errors_logged = dict.fromkeys(names, 0)
         self._down_reason: dict[str, str] = {}
+        # per node, the Batch saying its source ended, and the event set once it is applied
+        self._ended: dict[str, tuple[Batch, asyncio.Event]] = {}
 
     def _now_us(self) -> int:
         return int(self.clock() * SECOND)
@@ -234,8 +236,14 @@ class Daemon:
                 delay = RETRY_FIRST_S
             prefix = f"node {node.name}: "
             log.error("%s%s; trying again in %.0f s", prefix, error.removeprefix(prefix), delay)
-            await queue.put(Batch(node.name, up=False, error=error))
-            await asyncio.sleep(delay * self._rng.uniform(0.8, 1.2))
+            ended = Batch(node.name, up=False, error=error)
+            applied = asyncio.Event()
+            self._ended[node.name] = (ended, applied)
+            await queue.put(ended)
+            # The next source starts from the position of the last batch applied: so only once
+            # all this one handed over (queued before `ended`) is applied, or it would be read
+            # and counted twice.
+            await asyncio.gather(asyncio.sleep(delay * self._rng.uniform(0.8, 1.2)), applied.wait())
             delay = min(delay * 2, RETRY_MAX_S)
 
     # -- ingest -----------------------------------------------------------------------------
@@ -289,6 +297,9 @@ class Daemon:
             self._log_events(node, recs, ns.aborted - aborted)
         if batch.position:
             self.positions[node] = batch.position
+        ended = self._ended.get(node)
+        if ended is not None and ended[0] is batch:
+            ended[1].set()
         if not batch.up and batch.error and self._down_reason.get(node) != batch.error:
             self._down_reason[node] = batch.error
         elif batch.up and self._down_reason.pop(node, None) is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import os
 import random
@@ -20,12 +21,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter import __version__, report
 from exporter.accounting import SECOND, Accounting, Snapshot
+from exporter.checkpoint import Checkpoint
 from exporter.collector import Exposition, Published, Renderer, SnapshotCollector
 from exporter.config import Config, FileNode
 from exporter.daemon import Daemon
 from exporter.demo import NODES, node_lines, short_iso
 from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.logline import Event, EventKind, Interval
+from exporter.logline import Batch, Event, EventKind, Interval, LogLine
+from exporter.sources import SourceError
 from exporter.sources.dump import read_dump
 
 from conftest import (
@@ -525,3 +528,77 @@ def test_while_a_snapshot_is_made_ahead_scrapes_get_the_one_before() -> None:
     assert new is not None and new != old and b"smllm_checkpoint_errors_total 1.0" in new
     third = Published(renderer, acc.snapshot(), 2, second)
     assert third.ready(gzipped=False) is None  # not being made: nothing to show in its place
+
+
+TOTAL_LINE = "slot print_timing: id  0 | task {task} |       total time =  1000.00 ms /  100 tokens"
+
+
+def test_a_restarted_source_starts_after_what_its_predecessor_handed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source hands over a batch and fails while the ingest loop is still busy (a slow
+    checkpoint write): the next source must start after that batch, not from the position
+    last applied, or its requests count twice. (A stand-in source: what matters is the order
+    of hand-over, failure and restart, which a real one cannot be made to hit on cue.)"""
+    lines = tuple(
+        LogLine("n0", START + i * 10 * SECOND, "", 42, TOTAL_LINE.format(task=i))
+        for i in range(1, 4)
+    )
+    starts: list[str] = []
+    writing, second_started = threading.Event(), threading.Event()
+
+    class HandsOverThenFails:
+        def __init__(self, node: object, since_us: int, position: str) -> None:
+            self.position = int(position or 0)
+            starts.append(position)
+            if len(starts) == 2:
+                second_started.set()
+
+        async def run(self, out: asyncio.Queue[Batch]) -> None:
+            while not writing.is_set():  # hand over while the ingest loop is in the write
+                await asyncio.sleep(0.01)
+            await out.put(
+                Batch(
+                    "n0",
+                    lines[self.position :],
+                    entries=len(lines) - self.position,
+                    newest_us=lines[-1].time_us,
+                    position=str(len(lines)),
+                    caught_up=True,
+                )
+            )
+            if len(starts) == 1:
+                raise SourceError("node n0: connection reset")
+            await asyncio.Event().wait()  # followed from here on
+
+    write = Checkpoint.write
+
+    def slow_write(self: Checkpoint, data: bytes) -> None:
+        writing.set()
+        second_started.wait(3)  # a busy disk: held until the retry starts (or 3 s)
+        write(self, data)
+
+    monkeypatch.setattr(Checkpoint, "write", slow_write)
+    cfg = Config(
+        listen_host="127.0.0.1",
+        listen_port=0,
+        state_dir=tmp_path / "state",
+        since=SINCE,
+        nodes=(FileNode("n0", tmp_path / "unused"),),
+    )
+    d = Daemon(cfg, source_factory=HandsOverThenFails, publish_seconds=0.05)
+
+    async def follow() -> None:
+        task = asyncio.create_task(d.run())
+        try:
+            async with asyncio.timeout(20):
+                while len(starts) < 2 or d.positions["n0"] != "3" or d.turns < 10:
+                    await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(follow())
+    assert starts == ["", "3"]
+    assert sum(c.requests for c in d.acc.nodes["n0"].kinds.values()) == len(lines)
