@@ -154,11 +154,12 @@ class Parser:
                     token = tokenize(msg)
                     if token is None:
                         continue
-            except ParseError as e:
+            except ValueError as e:  # a ParseError, or int() refusing a number of 5,000 digits
                 self._same_server(line, out)
-                if e.total:
+                if getattr(e, "total", False):
                     self.block = _NO_BLOCK
-                out.append(self._error(line, str(e)))
+                why = str(e) if isinstance(e, ParseError) else "a number too long to be one"
+                out.append(self._error(line, why))
                 continue
             if line.pid != self.pid and line.pid:
                 self._same_server(line, out)

@@ -73,6 +73,24 @@ def test_decode(raw: bytes, expected: LogLine | None) -> None:
         b'{"__REALTIME_TIMESTAMP": "x"}',
         b"2026-13-45T99:99:99.1+0000 h x: y",
         b"[1, 2]",
+        # what no journalctl writes, but a damaged file may hold: each one line's error, never
+        # an exception that stops the node's source
+        b'{"__REALTIME_TIMESTAMP": 1e999, "MESSAGE": "total time = 5 ms"}',
+        b'{"MESSAGE": "total time = 5 ms", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"__REALTIME_TIMESTAMP": "' + b"9" * 5000 + b'", "MESSAGE": "total time"}',
+        b"2026-09-22T07:31:04.127792+0000 h sm-llm[" + b"9" * 5000 + b"]: total time = 5 ms",
+    ],
+    ids=[
+        "garbage",
+        "not-json",
+        "no-time",
+        "bad-time",
+        "bad-date",
+        "array",
+        "inf",
+        "deep",
+        "long-time",
+        "long-pid",
     ],
 )
 def test_bad_lines_raise(raw: bytes) -> None:
@@ -102,3 +120,25 @@ def test_read_dump_names_file_and_line(tmp_path: Path) -> None:
     assert [x.message for x in out if isinstance(x, LogLine)] == ["a", "b"]
     (err,) = [x for x in out if isinstance(x, DumpLineError)]
     assert f"{path}:2:" in str(err)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"__REALTIME_TIMESTAMP":"' + b"9" * 5000 + b'","_PID":"1","__CURSOR":"c","MESSAGE":"m"}',
+        b'{"__REALTIME_TIMESTAMP":"1","_PID":"' + b"9" * 5000 + b'","__CURSOR":"c","MESSAGE":"m"}',
+        b'{"MESSAGE":"m","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ],
+    ids=["long-time", "long-pid", "deep"],
+)
+def test_the_ssh_fast_decoder_hands_odd_entries_to_the_dump_decoder(raw: bytes) -> None:
+    """The SSH source's fast path for the usual entry shape gives up (None) on these, and the
+    dump decoder reads each (a PID it cannot read is 0) or makes it one line's error."""
+    from exporter.sources.ssh import _plain
+
+    assert _plain("n", raw) is None
+    try:
+        line = LineDecoder("n").decode(raw)
+    except DumpLineError:
+        return
+    assert line is not None and line.pid == 0

@@ -445,6 +445,36 @@ def test_start_stop(
     assert kinds(evs) == events
 
 
+LONG = "9" * 5000  # more digits than int() takes from a string
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "pure"])
+@pytest.mark.parametrize(
+    "msg",
+    [
+        f"slot print_timing: id  0 | task {LONG} | " + TOTAL_C,
+        f"slot launch_slot_: id  {LONG} | task 1 | processing task",
+        "slot print_timing: id  0 | task 1 |       total time = " + LONG + " ms / 5 tokens",
+        "slot print_timing: id  0 | task 1 |       total time = 5.00 ms / " + LONG + " tokens",
+        "INFO [ print_timings] prompt eval time = 5.00 ms / 12 tokens | id_slot=0 id_task=" + LONG,
+    ],
+    ids=["task", "slot", "duration", "tokens", "era-b-task"],
+)
+def test_a_number_too_long_is_a_parse_error_and_the_parser_goes_on(
+    msg: str, compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not compiled:
+        monkeypatch.setattr(parse, "_fast_tokenize", None)
+        monkeypatch.setattr(parse, "_fast_feed", None)
+    p = Parser("n0")
+    out = p.feed_all(
+        (LogLine("n0", T0, "", 100, msg), LogLine("n0", T0 + 5_000_000, "", 100, D + TOTAL_C))
+    )
+    assert [type(r) for r in out] == [Event, Interval]
+    assert isinstance(out[0], Event) and out[0].kind is EventKind.PARSE_ERROR
+    assert out[0].detail.startswith(("a number too long", "absurd", "not a"))
+
+
 def test_flush_decides_a_waiting_stop_without_new_lines() -> None:
     p = Parser("n0")
     p.feed(LogLine("n0", T0, "", 100, START.format(t=1)))

@@ -35,11 +35,17 @@ class LineDecoder:
     def decode(self, raw: bytes) -> LogLine | None:
         """One line (without its newline) -> LogLine; None for journalctl's `-- ... --` notes and
         blank or continuation lines; DumpLineError for anything else that does not parse."""
-        if raw[:1] == b"{":
-            return self._json(raw)
-        if not raw.strip() or raw[:3] == b"-- " or raw[:1] in (b" ", b"\t"):
-            return None
-        return self._short(raw)
+        try:
+            if raw[:1] == b"{":
+                return self._json(raw)
+            if not raw.strip() or raw[:3] == b"-- " or raw[:1] in (b" ", b"\t"):
+                return None
+            return self._short(raw)
+        except (ValueError, TypeError, OverflowError, RecursionError) as e:
+            if isinstance(e, DumpLineError):
+                raise
+            # what no journalctl writes: a number of 5,000 digits, 1e999, JSON nested deep
+            raise DumpLineError(f"does not parse ({type(e).__name__}: {str(e)[:80]})") from None
 
     def _json(self, raw: bytes) -> LogLine:
         try:

@@ -507,7 +507,7 @@ def _plain(node: str, raw: bytes) -> LogLine | None:
     try:
         text = raw.decode()
         rec, end = _raw_decode(text)
-    except ValueError:  # not UTF-8, or not JSON
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested beyond reason
         return None
     if end != len(text) or type(rec) is not dict:
         return None
@@ -523,6 +523,8 @@ def _plain(node: str, raw: bytes) -> LogLine | None:
         or type(cursor) is not str
         or type(message) is not str
         or not (t.isascii() and t.isdigit() and pid.isascii() and pid.isdigit())
+        or len(t) > 19
+        or len(pid) > 10
     ):
         return None
     return LogLine(node, int(t), cursor, int(pid), message)
