@@ -258,7 +258,9 @@ class Daemon:
                 log.error("final checkpoint %s failed: %s", self.checkpoint.path, e)
 
     async def _ingest_loop(self, queue: asyncio.Queue[Batch]) -> None:
-        last_publish = last_tick = self._now_us()
+        # ticks and publishes by the monotonic clock: a wall clock stepped back an hour must not
+        # hold them for an hour (the wall clock is for the journal times only)
+        last_publish = last_tick = time.monotonic()
         while True:
             first: Batch | None = None
             if not queue.empty():
@@ -275,14 +277,15 @@ class Daemon:
                 budget = time.monotonic() + TURN_BUDGET_S
                 while not queue.empty() and time.monotonic() < budget:
                     self._apply(queue.get_nowait(), now)
-            if now - last_tick >= self.tick_seconds * SECOND:  # O(nodes): not every turn
+            mono = time.monotonic()
+            if mono - last_tick >= self.tick_seconds:  # O(nodes): not every turn
                 self._tick(now)
-                last_tick = now
+                last_tick = mono
             self.turns += 1
             self.notifier.heartbeat()
-            if now - last_publish >= self.publish_seconds * SECOND:
+            if mono - last_publish >= self.publish_seconds:
                 await self._checkpoint_then_publish()
-                last_publish = now
+                last_publish = mono
                 if self._ready() and self.notifier.enabled:
                     self.notifier.ready(self.status())
                     self.notifier.status(self.status())

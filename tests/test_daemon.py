@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
@@ -602,3 +603,24 @@ def test_a_restarted_source_starts_after_what_its_predecessor_handed_over(
     asyncio.run(follow())
     assert starts == ["", "3"]
     assert sum(c.requests for c in d.acc.nodes["n0"].kinds.values()) == len(lines)
+
+
+def test_a_wall_clock_stepped_back_does_not_hold_the_publishing(tmp_path: Path) -> None:
+    """NTP steps the clock back an hour: checkpoints and publishes go on by the monotonic
+    clock, and a request read after the step is served at once, not an hour later."""
+    path = tmp_path / "n0.log"
+    path.write_text("")
+    offset = [0.0]
+    d = Daemon(config_for({"n0": path}), clock=lambda: time.time() + offset[0], publish_seconds=0.1)
+    with DaemonThread(d) as t:
+        wait_for(lambda: sample(parse_metrics(t.metrics()), "smllm_source_up", node="n0"), 10, "up")
+        offset[0] = -3600.0
+        stamp = datetime.fromtimestamp(START // SECOND + 60, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        with path.open("a") as f:
+            f.write(f"{stamp}.000000+0000 h sm-llm[7]: {TOTAL_LINE.format(task=5)}\n")
+
+        def served() -> float | None:
+            s = parse_metrics(t.metrics())
+            return sum(v for (name, _), v in s.items() if name == "smllm_requests_total") or None
+
+        assert wait_for(served, 10, "the request served after the step") == 1
