@@ -490,7 +490,8 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
             continue
         for f in _NODE_COUNTERS:
             value = saved[f]
-            setattr(ns, f, None if value is None else int(value))
+            # only last_end_us may be None (no request yet): int(None) refuses the rest
+            setattr(ns, f, None if value is None and f == "last_end_us" else int(value))
         ns.start_lines = bool(saved["start_lines"])
         ns.in_flight = {(int(s), int(t)): int(at) for s, t, at in saved["in_flight"]}
         if same_kinds:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -574,10 +575,15 @@ def _since(value: Any) -> str:
 
 
 def _buckets(value: Any) -> tuple[float, ...]:
+    """Bucket bounds in seconds: finite, increasing by whole microseconds (how they are kept);
+    +Inf is always added."""
     if not isinstance(value, list) or not value:
         raise ValueError("")
     out = tuple(_positive_float(v) for v in value)
-    if any(b >= a for a, b in zip(out[1:], out, strict=False)):
+    if not all(math.isfinite(b) for b in out):
+        raise ValueError("+Inf is always there: list the finite bounds")
+    us = [round(b * 1_000_000) for b in out]
+    if us[0] < 1 or any(b >= a for a, b in zip(us[1:], us, strict=False)):
         raise ValueError("")
     return out
 

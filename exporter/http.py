@@ -17,6 +17,7 @@ from exporter.collector import CONTENT_TYPE, Published
 
 log = logging.getLogger(__name__)
 
+MAX_HEAD = 16 * 1024  # request line and headers, bytes: a scraper sends a few hundred
 _REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -62,7 +63,7 @@ class HttpServer:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            head = await asyncio.wait_for(_read_head(reader), 10)
             status, ctype, body, extra = await self._answer(head)
             method = head.split(b" ", 1)[0]
             headers = [
@@ -83,6 +84,7 @@ class HttpServer:
             asyncio.IncompleteReadError,
             asyncio.LimitOverrunError,
             ConnectionError,
+            ValueError,  # a line longer than the reader's limit
         ):
             pass
         finally:
@@ -116,6 +118,24 @@ class HttpServer:
         if target == b"/":
             return 200, "text/html; charset=utf-8", _INDEX, []
         return 404, "text/plain", b"not found\n", []
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes:
+    """The request line and headers, up to the empty line, joined by CRLF; lines may end in a
+    bare LF too (RFC 9112 2.2)."""
+    lines: list[bytes] = []
+    size = 0
+    while True:
+        line = await reader.readline()
+        if not line.endswith(b"\n"):
+            raise asyncio.IncompleteReadError(line, None)
+        size += len(line)
+        if size > MAX_HEAD:
+            raise asyncio.LimitOverrunError("request head too long", size)
+        line = line.rstrip(b"\r\n")
+        if not line:
+            return b"\r\n".join(lines)
+        lines.append(line)
 
 
 def _header(text: bytes, name: bytes) -> bytes:

@@ -827,6 +827,13 @@ def _kind_counters_cut_short(s: dict[str, Any]) -> None:
     s["accounting"]["nodes"]["node0"]["kinds"]["extraction"] = [0, 0]
 
 
+def _node_counter_null(field: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(s: dict[str, Any]) -> None:
+        s["accounting"]["nodes"]["node0"][field] = None
+
+    return mutate
+
+
 BAD_CHECKPOINTS = [
     pytest.param(lambda v: b"\x00\xff\xfe garbage \x89PNG\r\n", id="garbage bytes"),
     pytest.param(lambda v: b"", id="empty"),
@@ -857,6 +864,10 @@ BAD_CHECKPOINTS = [
     pytest.param(
         lambda v: b"[" * 100_000,
         id="nested 100000 deep",
+    ),
+    *(  # (they once went in as None, and the daemon then failed at every start)
+        pytest.param(refused_case(_node_counter_null(f)), id=f"{f} null")
+        for f in ("newest_us", "busy_us", "entries")
     ),
 ]
 

@@ -417,6 +417,17 @@ TOP_VALUES: list[tuple[str, str, str]] = [
         "must be a list of increasing positive seconds, got [1, nan]",
     ),
     ("duration_buckets", "'1, 2'", "must be a list of increasing positive seconds, got '1, 2'"),
+    (  # accepted by check-config once, then `run` crashed on it
+        "duration_buckets",
+        "[1, 10, .inf]",
+        "must be a list of increasing positive seconds, got [1, 10, inf] (+Inf is always there:"
+        " list the finite bounds)",
+    ),
+    (  # the same bound once in whole microseconds: two series of one `le`
+        "duration_buckets",
+        "[0.0000011, 0.0000012, 1]",
+        "must be a list of increasing positive seconds, got [1.1e-06, 1.2e-06, 1]",
+    ),
     ("state_dir", "''", "must be a path, got ''"),
     ("state_dir", "[/a]", "must be a path, got ['/a']"),
 ]

@@ -8,6 +8,7 @@ import gzip
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -303,6 +304,27 @@ def test_http_endpoints(tmp_path: Path) -> None:
         except urllib.error.HTTPError as e:
             code = e.code
         assert code == 405
+        # raw requests: bare LF line ends answered like CRLF (RFC 9112), junk and a head too
+        # long refused or closed, never left hanging
+        assert raw_request(d, b"GET /-/healthy HTTP/1.1\nHost: x\n\n").startswith(
+            b"HTTP/1.1 200 OK\r\n"
+        )
+        assert raw_request(d, b"GARBAGE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        assert raw_request(d, b"GET / HTTP/1.1\r\nX: " + b"y" * 70_000 + b"\r\n\r\n") == b""
+
+
+def raw_request(d: DaemonThread, data: bytes) -> bytes:
+    """What the daemon's server sends back for `data` until it closes (5 s at most)."""
+    assert d.daemon.address is not None
+    with socket.create_connection(("127.0.0.1", d.daemon.address[1]), timeout=5) as sock:
+        out = b""
+        try:
+            sock.sendall(data)
+            while chunk := sock.recv(65536):
+                out += chunk
+        except ConnectionResetError:  # closed with our bytes unread: a reset, not a FIN
+            pass
+        return out
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
