@@ -2,8 +2,10 @@
 
 Every source runs as its own task and hands Batches to one bounded queue; a failing source is
 logged, marked down and started again without touching the others. The ingest loop applies
-batches, moves the watermark with the clock, and at most once a `publish_seconds` checkpoints and
-publishes a new snapshot, which is rendered once, when first scraped, and read from memory after.
+batches, moves the watermark with the clock, and at most once a `publish_seconds` starts a task
+that checkpoints and then publishes a new snapshot (one at a time, beside the loop: a slow disk
+never holds the reading up), which is rendered once, when first scraped, and read from memory
+after.
 Cancellation is the only way it stops.
 """
 
@@ -182,7 +184,7 @@ class Daemon:
             async with asyncio.TaskGroup() as tg:
                 for node in self.config.nodes:
                     tg.create_task(self._follow(node, queue), name=f"source {node.name}")
-                tg.create_task(self._ingest(queue), name="ingest")
+                tg.create_task(self._ingest(queue, tg), name="ingest")
         finally:
             await self.server.close()
 
@@ -248,19 +250,21 @@ class Daemon:
 
     # -- ingest -----------------------------------------------------------------------------
 
-    async def _ingest(self, queue: asyncio.Queue[Batch]) -> None:
+    async def _ingest(self, queue: asyncio.Queue[Batch], tg: asyncio.TaskGroup) -> None:
         try:
-            await self._ingest_loop(queue)
-        finally:  # cancelled: a last checkpoint of everything applied
+            await self._ingest_loop(queue, tg)
+        finally:  # cancelled: a last checkpoint of everything applied (after the one being
+            # written, if any: Checkpoint.write takes its lock)
             try:
                 self.checkpoint.write(self._state())
             except OSError as e:
                 log.error("final checkpoint %s failed: %s", self.checkpoint.path, e)
 
-    async def _ingest_loop(self, queue: asyncio.Queue[Batch]) -> None:
+    async def _ingest_loop(self, queue: asyncio.Queue[Batch], tg: asyncio.TaskGroup) -> None:
         # ticks and publishes by the monotonic clock: a wall clock stepped back an hour must not
         # hold them for an hour (the wall clock is for the journal times only)
         last_publish = last_tick = time.monotonic()
+        publishing: asyncio.Task[None] | None = None
         while True:
             first: Batch | None = None
             if not queue.empty():
@@ -283,12 +287,13 @@ class Daemon:
                 last_tick = mono
             self.turns += 1
             self.notifier.heartbeat()
-            if mono - last_publish >= self.publish_seconds:
-                await self._checkpoint_then_publish()
+            # The checkpoint is written beside the loop, one at a time: a slow disk holds the
+            # publishing back, never the reading (batches waiting would be read as late).
+            if mono - last_publish >= self.publish_seconds and (
+                publishing is None or publishing.done()
+            ):
+                publishing = tg.create_task(self._checkpoint_then_publish(), name="checkpoint")
                 last_publish = mono
-                if self._ready() and self.notifier.enabled:
-                    self.notifier.ready(self.status())
-                    self.notifier.status(self.status())
             await asyncio.sleep(0)
 
     def _apply(self, batch: Batch, now_us: int) -> None:
@@ -370,12 +375,20 @@ class Daemon:
                 )
             self._failing = True
             await self._publish()  # the same values, with the error counted
+            self._notify()
             return
         if self._failing:
             log.info("checkpoint %s written again", self.checkpoint.path)
             self._failing = False
         self._served = snapshot
         await self._publish()
+        self._notify()
+
+    def _notify(self) -> None:
+        """READY=1 (once all sources started) and STATUS= after a publish."""
+        if self._ready() and self.notifier.enabled:
+            self.notifier.ready(self.status())
+            self.notifier.status(self.status())
 
     def status(self) -> str:
         """A one-line summary for systemd's STATUS=."""
