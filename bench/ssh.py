@@ -7,7 +7,7 @@
 
 A server process (this file, `--serve`) runs `--nodes` asyncssh servers on 127.0.0.1 (port 0
 each, one generated ed25519 host key, one generated client key authorised), each emulating
-`journalctl` for its node: the command is parsed with shlex (-u, -o json, --no-pager, -n N,
+`journalctl` for its node: the command is parsed with shlex (-u, -o json, --no-pager, --all, -n N,
 --cursor, --after-cursor, --since @S, --follow, --no-tail, --output-fields=..., --grep PATTERN,
 --directory); probes (`-n 0 ...`) exit 0, or with `--old` the options systemd 219 lacks
 (--output-fields, --grep) are refused with exit 1. Each node's journal is deterministic
@@ -232,7 +232,7 @@ def parse_command(command: str, old: bool) -> Query:
     if next(args, None) != "journalctl":
         raise Refused("only journalctl here")
     for a in args:
-        if a in ("--no-pager", "--no-tail"):
+        if a in ("--no-pager", "--no-tail", "--all"):
             continue
         if a in ("-u", "-o", "--directory"):
             value = next(args, "")

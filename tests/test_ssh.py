@@ -43,6 +43,7 @@ from test_journal_source import (
     UNIT_B,
     Entry,
     compare,
+    ent,
     iso,
     journal_json,
     lines_of,
@@ -661,6 +662,18 @@ def test_a_journalctl_without_grep_or_output_fields_still_works(
     (fake / "journalctl").chmod(0o755)
     since = now_us() - 30 * MINUTE
     entries = workload(10, since, since + 10 * MINUTE)
+    last = entries[-1].time_us
+    entries += [
+        # 4096 bytes and more: journalctl writes MESSAGE as null without --all
+        ent(
+            last + 1000,
+            "x" * 5000 + " slot print_timing: id  0 | task 90001 |       total time =    1000.00"
+            " ms /   100 tokens",
+        ),
+        # the newest entry holds U+2028, which journalctl's JSON leaves unescaped: it must not
+        # split the entry (the source would take the journal for empty and a backlog for read)
+        ent(last + 2000, "request body a\u2028b"),
+    ]
     write(journals, "remote.journal", entries)
     mine = sum(e.unit == UNIT for e in entries)
     assert grep_count(journals) < mine
@@ -676,6 +689,7 @@ def test_a_journalctl_without_grep_or_output_fields_still_works(
             samples = wait_for(read_in_full, 30, "every entry of the unit read, in full")
             assert requests(samples, "old") == unit_requests(entries)
             assert sample(samples, "smllm_source_up", node="old") == 1
+            assert sample(samples, "smllm_late_intervals_total", node="old") == 0
     assert messages(caplog, "node old", "without --output-fields --grep")
     called = calls.read_text().splitlines()
     assert any("--output-fields=" in c for c in called), called
@@ -692,6 +706,7 @@ def test_journalctl_arguments_are_quoted() -> None:
     assert shlex.split(command) == [
         "journalctl",
         "--no-pager",
+        "--all",
         "-u",
         "sm-llm@a\\x2db.service",
         "-o",

@@ -100,7 +100,7 @@ def parse_command(command: str) -> Options:
     o = Options()
     args = iter(argv[1:])
     for a in args:
-        if a == "--no-pager":
+        if a in ("--no-pager", "--all"):
             continue
         if a == "-u":
             o.unit = next(args)
@@ -333,7 +333,8 @@ class FakeNode:
         if o.fields is not None:
             keep = {*o.fields, "__CURSOR", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP"}
             e = {k: v for k, v in e.items() if k in keep}
-        return json.dumps(e).encode() + b"\n"
+        # as journalctl writes it: UTF-8, nothing escaped that JSON does not require (U+2028 too)
+        return json.dumps(e, ensure_ascii=False).encode() + b"\n"
 
     async def _handle(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         command = process.command or ""
@@ -788,6 +789,34 @@ def test_server_refusing_output_fields_and_grep(fake: FakeNode, tmp_path: Path) 
     follows = [c for c in commands if "--follow" in c]
     assert follows and all("--grep" not in c and "--output-fields" not in c for c in follows)
     assert any("--grep" in c for c in commands)  # it was probed
+
+
+def test_a_newest_entry_holding_a_line_separator_is_no_empty_journal(
+    fake: FakeNode, tmp_path: Path
+) -> None:
+    """journalctl leaves U+2028 unescaped in its JSON (Python's str.splitlines splits there): the
+    newest entry must still be read whole, or the source takes the journal for empty and says
+    "caught up" before the backlog (which would then count as late)."""
+    fake.set(reject_features=True)  # no --grep: the newest entry is whatever the unit said last
+    since = now_us() - 40 * MINUTE
+    journal = Journal()
+    items = journal.items(10, since, since + 20 * MINUTE)
+    items.append(entry(10**6, since + 21 * MINUTE, 4242, "request body a\u2028b"))
+    fake.append(items)
+    source = SshSource(ssh_node(fake, tmp_path), since_us=since)
+
+    async def first_batch() -> Batch:
+        out: asyncio.Queue[Batch] = asyncio.Queue(4)
+        task = asyncio.create_task(source.run(out))
+        try:
+            return await asyncio.wait_for(out.get(), 20)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    first = asyncio.run(first_batch())
+    assert first.up and not first.caught_up
 
 
 def test_daemon_killed_with_sigkill_mid_stream(fake: FakeNode, tmp_path: Path) -> None:

@@ -111,7 +111,8 @@ def connect_options(node: SshNode, password: str | None) -> dict[str, object]:
 
 def journalctl(node: SshNode, *args: str, features: Features | None = None) -> str:
     """The remote command line, every argument quoted."""
-    argv = ["journalctl", "--no-pager", "-u", node.unit, "-o", "json"]
+    # --all: without it journalctl writes a MESSAGE of 4096 bytes or more as null
+    argv = ["journalctl", "--no-pager", "--all", "-u", node.unit, "-o", "json"]
     if node.journal_directory:
         argv += ["--directory", node.journal_directory]
     if features is not None and features.output_fields:
@@ -166,12 +167,12 @@ class SshSource:
                 newest, newest_us = await self._newest(conn, features)
                 caught_up = self._caught_up_at_start(newest, newest_us)
                 await self._stream(conn, features, newest, caught_up, gap, out)
-        except (asyncssh.Error, OSError) as e:
-            raise SourceError(explain(node, e)) from None
-        except TimeoutError:
+        except TimeoutError:  # (before OSError, its base class, and asyncssh's: it is both)
             raise SourceError(
                 f"node {node.name}: remote journalctl did not answer within {COMMAND_TIMEOUT_S} s"
             ) from None
+        except (asyncssh.Error, OSError) as e:
+            raise SourceError(explain(node, e)) from None
 
     async def _check_cursor(self, conn: asyncssh.SSHClientConnection) -> bool:
         """Is the saved cursor's entry still there? If not (vacuumed or rotated away), resume
@@ -229,13 +230,15 @@ class SshSource:
             journalctl(self.node, "-n", "1", features=features),
             check=False,
             timeout=COMMAND_TIMEOUT_S,
+            encoding=None,  # bytes, split on LF only: a MESSAGE may hold U+2028 unescaped
         )
         if r.exit_status != 0:
             raise SourceError(
                 f"node {self.node.name}: journalctl failed "
                 f"({r.exit_status}): {_text(r.stderr).strip()[:300]}"
             )
-        for raw in reversed(_text(r.stdout).splitlines()):
+        stdout = r.stdout if isinstance(r.stdout, bytes) else b""
+        for raw in reversed(stdout.split(b"\n")):
             try:
                 rec = json.loads(raw)
                 cursor = str(rec["__CURSOR"])
@@ -601,6 +604,8 @@ async def read_window(
                 status = await process.wait(check=False, timeout=30)
             finally:
                 process.close()
+    except TimeoutError:  # (before OSError, its base class, and asyncssh's: it is both)
+        raise SourceError(f"node {node.name}: remote journalctl did not answer in time") from None
     except (asyncssh.Error, OSError) as e:
         raise SourceError(explain(node, e)) from None
     if status.exit_status != 0:
