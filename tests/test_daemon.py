@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -556,6 +557,31 @@ def test_while_a_snapshot_is_made_ahead_scrapes_get_the_one_before() -> None:
 TOTAL_LINE = "slot print_timing: id  0 | task {task} |       total time =  1000.00 ms /  100 tokens"
 
 
+def stand_in_config(tmp_path: Path, names: Sequence[str], since: str) -> Config:
+    """File nodes whose files are never read: the tests give stand-in sources (source_factory)."""
+    return Config(
+        listen_host="127.0.0.1",
+        listen_port=0,
+        state_dir=tmp_path / "state",
+        since=since,
+        nodes=tuple(FileNode(n, tmp_path / "unused") for n in names),
+    )
+
+
+async def run_until(d: Daemon, done: Callable[[], bool], timeout: float) -> None:
+    """`d.run()` until `done()` holds (checked every 10 ms, failing after `timeout` s), then
+    cancelled as the service is."""
+    task = asyncio.create_task(d.run())
+    try:
+        async with asyncio.timeout(timeout):
+            while not done():
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def test_a_restarted_source_starts_after_what_its_predecessor_handed_over(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -602,27 +628,11 @@ def test_a_restarted_source_starts_after_what_its_predecessor_handed_over(
         write(self, data)
 
     monkeypatch.setattr(Checkpoint, "write", slow_write)
-    cfg = Config(
-        listen_host="127.0.0.1",
-        listen_port=0,
-        state_dir=tmp_path / "state",
-        since=SINCE,
-        nodes=(FileNode("n0", tmp_path / "unused"),),
-    )
+    cfg = stand_in_config(tmp_path, ["n0"], SINCE)
     d = Daemon(cfg, source_factory=HandsOverThenFails, publish_seconds=0.05)
-
-    async def follow() -> None:
-        task = asyncio.create_task(d.run())
-        try:
-            async with asyncio.timeout(20):
-                while len(starts) < 2 or d.positions["n0"] != "3" or d.turns < 10:
-                    await asyncio.sleep(0.01)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    asyncio.run(follow())
+    asyncio.run(
+        run_until(d, lambda: len(starts) >= 2 and d.positions["n0"] == "3" and d.turns >= 10, 20)
+    )
     assert starts == ["", "3"]
     assert sum(c.requests for c in d.acc.nodes["n0"].kinds.values()) == len(lines)
 
@@ -697,32 +707,18 @@ def test_a_slow_checkpoint_write_holds_up_no_reading(
         write(self, data)
 
     monkeypatch.setattr(Checkpoint, "write", slow_third_write)
-    cfg = Config(
-        listen_host="127.0.0.1",
-        listen_port=0,
-        state_dir=tmp_path / "state",
-        since="-1m",
-        nodes=tuple(FileNode(n, tmp_path / "unused") for n in nodes),
-    )
-    d = Daemon(cfg, source_factory=Live)  # type: ignore[arg-type]
+    d = Daemon(stand_in_config(tmp_path, nodes, "-1m"), source_factory=Live)  # type: ignore[arg-type]
 
     def requests() -> int:
         return sum(c.requests for ns in d.acc.nodes.values() for c in ns.kinds.values())
 
-    async def follow() -> int:
-        task = asyncio.create_task(d.run())
-        try:
-            async with asyncio.timeout(30):
-                while not stalled.is_set():
-                    await asyncio.sleep(0.05)
-                after = requests() + 4 * len(nodes)  # and a second of logging after it
-                while requests() < after:
-                    await asyncio.sleep(0.05)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        return requests()
+    after: list[int] = []  # once the stalled write is over: a second more of logging
 
-    assert asyncio.run(follow()) > 12 * len(nodes)
+    def logged_on() -> bool:
+        if stalled.is_set() and not after:
+            after.append(requests() + 4 * len(nodes))
+        return bool(after) and requests() >= after[0]
+
+    asyncio.run(run_until(d, logged_on, 30))
+    assert requests() > 12 * len(nodes)
     assert sum(ns.late for ns in d.acc.nodes.values()) == 0
