@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -42,6 +42,7 @@ from exporter.daemon import Daemon
 from exporter.demo import node_lines
 from exporter.logline import Batch, LogLine
 from exporter.parse import KEYWORDS
+from exporter.sources import SourceError
 from exporter.sources.dump import DumpLineError, LineDecoder
 from exporter.sources.ssh import FIELDS, GREP, SshSource, _plain
 
@@ -791,6 +792,18 @@ def test_server_refusing_output_fields_and_grep(fake: FakeNode, tmp_path: Path) 
     assert any("--grep" in c for c in commands)  # it was probed
 
 
+@contextlib.asynccontextmanager
+async def following(source: SshSource, out: asyncio.Queue[Batch]) -> AsyncIterator[None]:
+    """`source` following into `out` for the block; cancelled after it, as the daemon does."""
+    task = asyncio.create_task(source.run(out))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, SourceError):
+            await task
+
+
 def test_a_newest_entry_holding_a_line_separator_is_no_empty_journal(
     fake: FakeNode, tmp_path: Path
 ) -> None:
@@ -807,13 +820,8 @@ def test_a_newest_entry_holding_a_line_separator_is_no_empty_journal(
 
     async def first_batch() -> Batch:
         out: asyncio.Queue[Batch] = asyncio.Queue(4)
-        task = asyncio.create_task(source.run(out))
-        try:
+        async with following(source, out):
             return await asyncio.wait_for(out.get(), 20)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
 
     first = asyncio.run(first_batch())
     assert first.up and not first.caught_up
@@ -914,10 +922,9 @@ def test_a_full_queue_holds_the_stream_back_and_loses_nothing(
 
     async def follow() -> tuple[list[LogLine], int, str, int]:
         queue = CountingQueue(1)
-        task = asyncio.create_task(SshSource(node, since_us=since).run(queue))
         lines: list[LogLine] = []
         entries, position, appended = 0, "", False
-        try:
+        async with following(SshSource(node, since_us=since), queue):
             async with asyncio.timeout(60):
                 while not queue.refused:  # the first batch fills it: the next one is held
                     await asyncio.sleep(0.01)
@@ -930,10 +937,6 @@ def test_a_full_queue_holds_the_stream_back_and_loses_nothing(
                     if not appended and entries == served_count(fake.items):
                         await asyncio.to_thread(fake.append, later)  # now following
                         appended = True
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         return lines, entries, position, queue.refused
 
     lines, entries, position, refused = asyncio.run(follow())
