@@ -1,28 +1,39 @@
-/* Compiled fast paths for the hot loops of following a dump: finding and decoding the lines
- * that may matter (sources/file.py), tokenizing the common llama.cpp lines and running the
- * parser's state machine over them (parse.py).
+/* Compiled fast paths for the hot loops of reading a journal: finding and decoding the lines
+ * that may matter (the line layer, sources/lines.py), tokenizing the common llama.cpp lines and
+ * running the parser's state machine over them (parse.py).
  *
  * Each function has a pure-Python reference that stays the specification:
- *   scan(data, ...)       ~ [decode(raw) or raw for raw in sources.file.relevant_lines(data)]
+ *   scan(data, ...)       ~ [EntryDecoder(node).decode(raw) or raw
+ *                            for raw in sources.lines.find_lines(data)]
  *   tokenize(msg)         ~ parse.tokenize(msg)
- *   feed(parser, ...)     ~ parser._feed(lines, out): the Python loop of Parser.feed_all
+ *   feed(parser, ...)     ~ parser.feed_reference(lines): the Python loop of Parser.feed_all
  * The C side handles only the shapes it recognises exactly and hands everything else back
  * (raw bytes, None, or the index of the line to leave to Python) for the Python code to
- * decide, so it is never the only judge of a line. tests/test_speedups.py holds the two sides
- * to the same answers (and, for feed, the same parser state after).
+ * decide, so it is never the only judge of a line. scan decodes two shapes: the plain
+ * short-iso-precise line, and the usual journalctl -o json entry (one flat object of string
+ * fields, valid UTF-8, escapes decoded as json does, a decimal time in range and PID); a line
+ * longer than max_line is always handed back. No input raises: arbitrary bytes in scan, any
+ * str in tokenize, any values in feed's lines (a time or PID that does not fit in 64 bits, or a
+ * time outside times.MIN_TIME_US..MAX_TIME_US, is handed back); only bad argument types do.
+ * tests/test_speedups.py and tests/test_fuzz.py hold the two sides to the same answers (and,
+ * for feed, the same parser state after).
  */
 #define _GNU_SOURCE /* memmem, memrchr */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <ctype.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_DURATION_US (7LL * 86400LL * 1000000LL) /* parse.MAX_DURATION_US */
 #define MAX_TOKENS 1000000000LL                       /* parse.MAX_TOKENS */
+#define MIN_TIME_US 0LL                               /* times.MIN_TIME_US */
+#define MAX_TIME_US 253402300799999999LL              /* times.MAX_TIME_US */
+#define MAX_PID_DIGITS 10 /* entries: a longer PID is 0 (short) or not the usual shape (JSON) */
 
-/* ---- scan: keyword lines of a chunk, short-iso-precise ones decoded ------------------------ */
+/* ---- scan: keyword lines of a chunk, the usual shapes decoded ---------------------------- */
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -55,16 +66,23 @@ static int days_in_month(long long y, long long m) {
     return days[m - 1];
 }
 
-/* What decode_short found: the line's time, pid and where its message starts and ends. */
+/* What the decoders found in one line: its time and pid, where its message (and, for JSON,
+ * cursor) are, and whether they hold escapes; `ok` 0 for a line to hand back raw. */
+enum { SHAPE_SHORT, SHAPE_JSON };
 typedef struct {
     long long time_us, pid;
-    Py_ssize_t msg, end;
-} Short;
+    Py_ssize_t len;          /* the line's, without its newline */
+    int ok;
+    Py_ssize_t msg, end;     /* the message: line[msg:end] */
+    Py_ssize_t cur, cur_end; /* the cursor (JSON; empty for short lines) */
+    unsigned char shape, msg_esc, cur_esc;
+} Found;
 
 /* `2026-09-22T07:31:04.127792+0000 host ident[1234]: message` -> 1 and `out` filled; 0 when the
- * line is not exactly that shape (the caller keeps it raw for LineDecoder, which decodes it or
- * names the error). */
-static int decode_short(const char *s, Py_ssize_t n, Short *out) {
+ * line is not exactly that shape or its time is out of range (the caller keeps it raw for
+ * EntryDecoder, which decodes it or names the error). EntryDecoder converts the date-hour with
+ * its offset first: both that and the line's time must be in range. */
+static int decode_short(const char *s, Py_ssize_t n, Found *out) {
     long long Y, M, D, h, mi, sec, frac = 0, pid = 0, off = 0;
     Py_ssize_t i = 19;
     if (n < 21 || !digits(s, 4, &Y) || s[4] != '-' || !digits(s + 5, 2, &M) || s[7] != '-' ||
@@ -107,8 +125,8 @@ static int decode_short(const char *s, Py_ssize_t n, Short *out) {
     if (s[i] == '[') {
         Py_ssize_t p = ++i;
         while (i < n && is_digit(s[i])) i++;
-        if (i == p || i - p > 18 || i >= n || s[i] != ']') return 0;
-        digits(s + p, (int)(i - p), &pid);
+        if (i == p || i >= n || s[i] != ']') return 0;
+        if (i - p <= MAX_PID_DIGITS) digits(s + p, (int)(i - p), &pid); /* else 0, as there */
         i++;
     }
     if (i >= n || s[i] != ':') return 0;
@@ -116,34 +134,248 @@ static int decode_short(const char *s, Py_ssize_t n, Short *out) {
     if (i < n && s[i] == ' ') i++;
     Py_ssize_t end = n;
     if (end > i && s[end - 1] == '\r') end--;
-    out->time_us = (days_from_civil(Y, M, D) * 86400 + h * 3600 + mi * 60 + sec - off) * 1000000 + frac;
-    out->pid = pid, out->msg = i, out->end = end;
+    long long hour_s = days_from_civil(Y, M, D) * 86400 + h * 3600 - off; /* Y <= 9999: fits */
+    long long time_us = (hour_s + mi * 60 + sec) * 1000000 + frac;
+    if (hour_s < 0 || time_us > MAX_TIME_US) return 0;
+    out->time_us = time_us, out->pid = pid, out->msg = i, out->end = end;
+    out->cur = out->cur_end = 0, out->shape = SHAPE_SHORT, out->msg_esc = out->cur_esc = 0;
     return 1;
 }
 
-/* A LogLine(node, time_us, "", pid, message): `line_type` is a tuple subclass of 5 fields (a
- * NamedTuple, whose __new__ does no more than this). */
-static PyObject *log_line(PyTypeObject *line_type, PyObject *node, PyObject *empty,
-                          PyObject **last_pid, const char *s, const Short *d) {
-    PyObject *line = line_type->tp_alloc(line_type, 5);
-    if (line == NULL) return NULL;
-    PyObject *t = PyLong_FromLongLong(d->time_us), *pid;
-    if (*last_pid != NULL && PyLong_AsLongLong(*last_pid) == d->pid) { /* one server's PID */
-        pid = *last_pid;
-        Py_INCREF(pid);
-    } else if ((pid = PyLong_FromLongLong(d->pid)) != NULL) {
-        Py_XDECREF(*last_pid);
-        *last_pid = pid;
-        Py_INCREF(pid);
+/* -- the usual journal JSON entry -- */
+
+/* Bytes that end a run of plain string content: `"`, `\`, control characters (which json
+ * refuses in a string) and non-ASCII (validated as UTF-8). */
+static unsigned char json_stop[256];
+
+static void init_json_stop(void) {
+    for (int c = 0; c < 256; c++) json_stop[c] = c < 0x20 || c == '"' || c == '\\' || c >= 0x80;
+}
+
+static int is_json_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+static int hex4(const char *p, unsigned *out) {
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) {
+        char c = p[k];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return 0;
     }
-    PyObject *msg = PyUnicode_DecodeUTF8(s + d->msg, d->end - d->msg, "replace");
-    if (t == NULL || pid == NULL || msg == NULL) {
-        Py_XDECREF(t), Py_XDECREF(pid), Py_XDECREF(msg), Py_DECREF(line);
+    *out = v;
+    return 1;
+}
+
+/* One UTF-8 sequence at s[i] (a byte >= 0x80), strictly as Python's UTF-8 codec takes it (no
+ * overlong forms, no surrogates, nothing above U+10FFFF): its length, or 0 when invalid. */
+static int utf8_len(const unsigned char *s, Py_ssize_t avail) {
+    unsigned char c = s[0];
+    int k;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) k = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        k = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        k = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else
+        return 0;
+    if (avail < k || s[1] < lo || s[1] > hi) return 0;
+    for (int j = 2; j < k; j++)
+        if (s[j] < 0x80 || s[j] > 0xBF) return 0;
+    return k;
+}
+
+/* A JSON string whose opening quote is at s[*at - 1]: 1 with *at just after its closing quote
+ * and *esc set when it holds an escape; 0 when json would refuse it, or read it to a string
+ * holding a lone surrogate (which is handed back rather than made here). */
+static int json_string(const char *s, Py_ssize_t n, Py_ssize_t *at, unsigned char *esc) {
+    Py_ssize_t i = *at;
+    *esc = 0;
+    for (;;) {
+        while (i < n && !json_stop[(unsigned char)s[i]]) i++;
+        if (i >= n) return 0;
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"') break;
+        if (c < 0x20) return 0;
+        if (c >= 0x80) {
+            int k = utf8_len((const unsigned char *)s + i, n - i);
+            if (k == 0) return 0;
+            i += k;
+            continue;
+        }
+        /* a backslash */
+        *esc = 1;
+        if (i + 1 >= n) return 0;
+        switch (s[i + 1]) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+            i += 2;
+            continue;
+        case 'u': {
+            unsigned u, u2;
+            if (i + 6 > n || !hex4(s + i + 2, &u)) return 0;
+            i += 6;
+            if (u >= 0xDC00 && u <= 0xDFFF) return 0; /* a lone low surrogate */
+            if (u >= 0xD800 && u <= 0xDBFF) {         /* must be a pair */
+                if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u' || !hex4(s + i + 2, &u2) ||
+                    u2 < 0xDC00 || u2 > 0xDFFF)
+                    return 0;
+                i += 6;
+            }
+            continue;
+        }
+        default:
+            return 0;
+        }
+    }
+    *at = i + 1;
+    return 1;
+}
+
+/* The fields of a journal entry the LogLine is made of. */
+enum { F_TIME, F_PID, F_CURSOR, F_MESSAGE, F_N };
+static const char *const json_fields[F_N] = {"__REALTIME_TIMESTAMP", "_PID", "__CURSOR",
+                                             "MESSAGE"};
+
+static int json_field(const char *s, Py_ssize_t n) {
+    for (int f = 0; f < F_N; f++)
+        if ((size_t)n == strlen(json_fields[f]) && memcmp(s, json_fields[f], (size_t)n) == 0)
+            return f;
+    return -1;
+}
+
+/* `{"__CURSOR": "s=...", "__REALTIME_TIMESTAMP": "1790062375127792", ..., "_PID": "4242",
+ * "MESSAGE": "slot ..."}` -> 1 and `out` filled: one flat object (json's whitespace allowed)
+ * of string values only, valid UTF-8, with each of the four fields once, the time 1 to 18
+ * digits and in range, the PID 1 to 10 digits, no key and neither number escaped. 0 for
+ * anything else (the caller hands it back to EntryDecoder). Needs no GIL. */
+static int decode_json(const char *s, Py_ssize_t n, Found *out) {
+    Py_ssize_t i = 1, start[F_N] = {0}, stop[F_N] = {0};
+    unsigned char escaped[F_N] = {0}, seen[F_N] = {0};
+    if (n < 2 || s[0] != '{') return 0;
+    for (;;) {
+        while (i < n && is_json_ws(s[i])) i++;
+        if (i >= n || s[i] != '"') return 0; /* (an empty object lacks the fields) */
+        Py_ssize_t key = ++i;
+        unsigned char esc;
+        if (!json_string(s, n, &i, &esc) || esc) return 0; /* an escaped key: hand back */
+        int f = json_field(s + key, i - 1 - key);
+        while (i < n && is_json_ws(s[i])) i++;
+        if (i >= n || s[i] != ':') return 0;
+        i++;
+        while (i < n && is_json_ws(s[i])) i++;
+        if (i >= n || s[i] != '"') return 0; /* a value that is no string */
+        Py_ssize_t value = ++i;
+        if (!json_string(s, n, &i, &esc)) return 0;
+        if (f >= 0) {
+            if (seen[f]) return 0; /* a duplicate: json keeps the last; hand back */
+            seen[f] = 1, start[f] = value, stop[f] = i - 1, escaped[f] = esc;
+        }
+        while (i < n && is_json_ws(s[i])) i++;
+        if (i >= n) return 0;
+        if (s[i] == '}') break;
+        if (s[i] != ',') return 0;
+        i++;
+    }
+    i++;
+    while (i < n && is_json_ws(s[i])) i++;
+    if (i != n) return 0; /* trailing bytes */
+    for (int f = 0; f < F_N; f++)
+        if (!seen[f]) return 0;
+    Py_ssize_t tn = stop[F_TIME] - start[F_TIME], pn = stop[F_PID] - start[F_PID];
+    long long t, pid;
+    if (escaped[F_TIME] || escaped[F_PID] || tn < 1 || tn > 18 || pn < 1 ||
+        pn > MAX_PID_DIGITS || !digits(s + start[F_TIME], (int)tn, &t) ||
+        !digits(s + start[F_PID], (int)pn, &pid) || t > MAX_TIME_US)
+        return 0;
+    out->time_us = t, out->pid = pid;
+    out->msg = start[F_MESSAGE], out->end = stop[F_MESSAGE], out->msg_esc = escaped[F_MESSAGE];
+    out->cur = start[F_CURSOR], out->cur_end = stop[F_CURSOR], out->cur_esc = escaped[F_CURSOR];
+    out->shape = SHAPE_JSON;
+    return 1;
+}
+
+/* A JSON string's content s[0:n] (validated by json_string) as json decodes it. */
+static PyObject *json_text(const char *s, Py_ssize_t n, int esc) {
+    if (!esc) return PyUnicode_DecodeUTF8(s, n, NULL);
+    char *buf = PyMem_Malloc(n > 0 ? (size_t)n : 1); /* an escape never decodes longer */
+    if (buf == NULL) return PyErr_NoMemory();
+    Py_ssize_t o = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        if (s[i] != '\\') {
+            buf[o++] = s[i++];
+            continue;
+        }
+        char c = s[i + 1];
+        i += 2;
+        switch (c) {
+        case 'b': buf[o++] = '\b'; continue;
+        case 'f': buf[o++] = '\f'; continue;
+        case 'n': buf[o++] = '\n'; continue;
+        case 'r': buf[o++] = '\r'; continue;
+        case 't': buf[o++] = '\t'; continue;
+        case 'u': break;
+        default: buf[o++] = c; continue; /* " \ / */
+        }
+        unsigned u, u2;
+        hex4(s + i, &u);
+        i += 4;
+        if (u >= 0xD800 && u <= 0xDBFF) { /* the pair json_string checked */
+            hex4(s + i + 2, &u2);
+            i += 6;
+            u = 0x10000 + ((u - 0xD800) << 10) + (u2 - 0xDC00);
+        }
+        if (u < 0x80) {
+            buf[o++] = (char)u;
+        } else if (u < 0x800) {
+            buf[o++] = (char)(0xC0 | u >> 6), buf[o++] = (char)(0x80 | (u & 0x3F));
+        } else if (u < 0x10000) {
+            buf[o++] = (char)(0xE0 | u >> 12), buf[o++] = (char)(0x80 | (u >> 6 & 0x3F));
+            buf[o++] = (char)(0x80 | (u & 0x3F));
+        } else {
+            buf[o++] = (char)(0xF0 | u >> 18), buf[o++] = (char)(0x80 | (u >> 12 & 0x3F));
+            buf[o++] = (char)(0x80 | (u >> 6 & 0x3F)), buf[o++] = (char)(0x80 | (u & 0x3F));
+        }
+    }
+    PyObject *text = PyUnicode_DecodeUTF8(buf, o, NULL);
+    PyMem_Free(buf);
+    return text;
+}
+
+/* A LogLine(node, time_us, cursor, pid, message) of what `d` found in line `s`, or NULL with an
+ * error set; `line_type` is a tuple subclass of 5 fields (a NamedTuple, whose __new__ does no
+ * more than this). Lines of one server share one PID object. */
+static PyObject *log_line(PyTypeObject *line_type, PyObject *node, PyObject *empty,
+                          PyObject **last_pid, long long *last_pid_value, const char *s,
+                          const Found *d) {
+    PyObject *t = PyLong_FromLongLong(d->time_us), *pid = NULL, *cursor, *msg;
+    if (*last_pid != NULL && *last_pid_value == d->pid) {
+        pid = Py_NewRef(*last_pid);
+    } else if ((pid = PyLong_FromLongLong(d->pid)) != NULL) {
+        Py_XSETREF(*last_pid, Py_NewRef(pid));
+        *last_pid_value = d->pid;
+    }
+    if (d->shape == SHAPE_JSON) {
+        cursor = json_text(s + d->cur, d->cur_end - d->cur, d->cur_esc);
+        msg = json_text(s + d->msg, d->end - d->msg, d->msg_esc);
+    } else {
+        cursor = Py_NewRef(empty);
+        msg = PyUnicode_DecodeUTF8(s + d->msg, d->end - d->msg, "replace");
+    }
+    PyObject *line = NULL;
+    if (t == NULL || pid == NULL || cursor == NULL || msg == NULL ||
+        (line = line_type->tp_alloc(line_type, 5)) == NULL) {
+        Py_XDECREF(t), Py_XDECREF(pid), Py_XDECREF(cursor), Py_XDECREF(msg);
         return NULL;
     }
-    Py_INCREF(node), Py_INCREF(empty);
+    Py_INCREF(node);
     PyTuple_SET_ITEM(line, 0, node), PyTuple_SET_ITEM(line, 1, t);
-    PyTuple_SET_ITEM(line, 2, empty), PyTuple_SET_ITEM(line, 3, pid);
+    PyTuple_SET_ITEM(line, 2, cursor), PyTuple_SET_ITEM(line, 3, pid);
     PyTuple_SET_ITEM(line, 4, msg);
     return line;
 }
@@ -217,18 +449,36 @@ static int is_plain_tuple_type(PyObject *t) {
            type->tp_itemsize == PyTuple_Type.tp_itemsize;
 }
 
+/* An int argument as a C value, clamped to [lo, hi] (a huge since_us or max_line is no error);
+ * 0, or -1 with TypeError for anything but an int. */
+static int clamped(PyObject *v, const char *what, long long lo, long long hi, long long *out) {
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "scan() %s must be an int", what);
+        return -1;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    *out = overflow < 0 ? lo : overflow > 0 ? hi : x < lo ? lo : x > hi ? hi : x;
+    return 0;
+}
+
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer data;
-    PyObject *keywords, *node, *out = NULL, *lines = NULL, *empty = NULL, *last_pid = NULL;
+    PyObject *keywords, *node, *since_arg, *max_arg, *out = NULL, *lines = NULL, *empty = NULL;
+    PyObject *last_pid = NULL;
+    long long last_pid_value = 0, since_us, max_line;
     PyTypeObject *line_type;
-    long long since_us;
     Py_ssize_t *starts = NULL;
-    Short *found = NULL; /* per line: decoded (end >= 0) or to hand back raw (end < 0) */
+    Found *found = NULL; /* per line: decoded, or to hand back raw */
     const char *kws[64];
     Py_ssize_t lens[64], m = PY_SSIZE_T_MAX;
-    if (!PyArg_ParseTuple(args, "y*O!ULO!:scan", &data, &PyTuple_Type, &keywords, &node,
-                          &since_us, &PyType_Type, &line_type))
+    if (!PyArg_ParseTuple(args, "y*O!UOO!O:scan", &data, &PyTuple_Type, &keywords, &node,
+                          &since_arg, &PyType_Type, &line_type, &max_arg))
         return NULL;
+    if (clamped(since_arg, "since_us", LLONG_MIN, LLONG_MAX, &since_us) < 0 ||
+        clamped(max_arg, "max_line", -1, PY_SSIZE_T_MAX, &max_line) < 0)
+        goto fail;
     if (!is_plain_tuple_type((PyObject *)line_type)) {
         PyErr_SetString(PyExc_TypeError, "scan() needs a NamedTuple type for its lines");
         goto fail;
@@ -254,14 +504,16 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS /* the bytes object cannot change: search and decode in parallel */
     count = keyword_starts(buf, n, kws, lens, nkw, m, &starts);
     newlines = count_newlines(buf, n);
-    if (count > 0 && (found = PyMem_RawMalloc((size_t)count * sizeof(Short))) == NULL)
+    if (count > 0 && (found = PyMem_RawMalloc((size_t)count * sizeof(Found))) == NULL)
         count = -1;
     for (Py_ssize_t j = 0; j < count; j++) {
         const char *line = buf + starts[j];
         const char *eol = memchr(line, '\n', (size_t)(n - starts[j]));
         Py_ssize_t len = eol == NULL ? n - starts[j] : eol - line;
-        if (!(is_digit(line[0]) && decode_short(line, len, &found[j])))
-            found[j].end = -1 - len; /* raw: the line's length, encoded */
+        found[j].len = len;
+        found[j].ok = len <= max_line && (is_digit(line[0])   ? decode_short(line, len, &found[j])
+                                          : line[0] == '{' ? decode_json(line, len, &found[j])
+                                                           : 0);
     }
     Py_END_ALLOW_THREADS
     if (count < 0) {
@@ -274,13 +526,18 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (lines == NULL || empty == NULL) goto fail;
     for (Py_ssize_t j = 0; j < count; j++) {
         const char *line = buf + starts[j];
-        const Short *d = &found[j];
-        PyObject *item;
-        if (d->end >= 0) {
+        const Found *d = &found[j];
+        PyObject *item = NULL;
+        if (d->ok) {
             if (d->time_us < since_us) continue;
-            item = log_line(line_type, node, empty, &last_pid, line, d);
-        } else {
-            item = PyBytes_FromStringAndSize(line, -1 - d->end);
+            item = log_line(line_type, node, empty, &last_pid, &last_pid_value, line, d);
+            if (item == NULL && !PyErr_ExceptionMatches(PyExc_MemoryError))
+                PyErr_Clear(); /* (validated, so never) the decoder's to judge: raw */
+            else if (item == NULL)
+                goto fail;
+        }
+        if (item == NULL) {
+            item = PyBytes_FromStringAndSize(line, d->len);
             raw++;
         }
         if (item == NULL) goto fail;
@@ -409,6 +666,11 @@ typedef struct {
 /* 1 and `t` filled when `msg` is a common era C/D slot line read exactly as parse.tokenize
  * reads it; 0 to hand it back to the reference. */
 static int read_token(PyObject *msg, Tok *t) {
+    /* an exact, ready, ASCII str (a subclass may read differently: the reference's) */
+    if (!PyUnicode_CheckExact(msg) || PyUnicode_READY(msg) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
     if (!PyUnicode_IS_ASCII(msg)) return 0;
     Cursor c = {(const char *)PyUnicode_1BYTE_DATA(msg), PyUnicode_GET_LENGTH(msg), 0};
     /* an optional log prefix of digits, dots, spaces and level letters (`50.10.605.993 I `) */
@@ -460,7 +722,7 @@ static int read_token(PyObject *msg, Tok *t) {
 }
 
 static PyObject *tokenize(PyObject *self, PyObject *arg) {
-    if (!PyUnicode_Check(arg)) {
+    if (!PyUnicode_Check(arg)) { /* (a str subclass is handed back: None) */
         PyErr_SetString(PyExc_TypeError, "tokenize() takes a str");
         return NULL;
     }
@@ -558,9 +820,9 @@ static PyObject *pair(long long a, long long b) {
 
 /* One common line's token applied as Parser.feed_all applies it: 1 done, 0 hand back (the line
  * would add a pending stop, which Python decides), -1 on error. */
-static int apply(const Tok *t, PyObject *line, PyObject *node, Block *b, PyObject *started,
-                 PyObject *last_timed, PyObject *const *types, Py_ssize_t max_started,
-                 PyObject *out) {
+static int apply(const Tok *t, PyObject *line, long long end, PyObject *node, Block *b,
+                 PyObject *started, PyObject *last_timed, PyObject *const *types,
+                 Py_ssize_t max_started, PyObject *out) {
     PyObject *time = PyTuple_GET_ITEM(line, 1), *pid = PyTuple_GET_ITEM(line, 3);
     int matches = (!b->has[B_TASK] || b->v[B_TASK] == t->task) &&
                   (!b->has[B_SLOT] || b->v[B_SLOT] == t->slot);
@@ -588,14 +850,9 @@ static int apply(const Tok *t, PyObject *line, PyObject *node, Block *b, PyObjec
             Py_XDECREF(slot), Py_XDECREF(task);
             return -1;
         }
-        long long end = PyLong_AsLongLong(time);
-        if (end == -1 && PyErr_Occurred()) {
-            Py_DECREF(slot), Py_DECREF(task);
-            return -1;
-        }
         PyObject *items[11] = {
             Py_NewRef(node),
-            PyLong_FromLongLong(end - t->us),
+            PyLong_FromLongLong(end - t->us), /* end in range, us <= a week: no overflow */
             Py_NewRef(time),
             PyLong_FromLongLong(t->count),
             opt_int(used.has[B_PROMPT_TOKENS], used.v[B_PROMPT_TOKENS]),
@@ -649,9 +906,10 @@ static int apply(const Tok *t, PyObject *line, PyObject *node, Block *b, PyObjec
         Py_DECREF(key), Py_DECREF(slot);
         if (launched < 0 || PyErr_Occurred()) return -1;
         if (launched == 0) return 1;
-        if (timed == NULL) return 0;
-        long long timed_task = PyLong_AsLongLong(timed);
-        if (timed_task == -1 && PyErr_Occurred()) {
+        if (timed == NULL || !PyLong_CheckExact(timed)) return 0;
+        int overflow = 0;
+        long long timed_task = PyLong_AsLongLongAndOverflow(timed, &overflow);
+        if (overflow || (timed_task == -1 && PyErr_Occurred())) {
             PyErr_Clear();
             return 0;
         }
@@ -703,10 +961,24 @@ static PyObject *feed(PyObject *self, PyObject *args) {
     if ((ok = block_in(block, no_block, &b)) != 1) goto done;
     for (; i < n; i++) {
         PyObject *line = PyTuple_GET_ITEM(lines, i);
-        if (!PyTuple_Check(line) || PyTuple_GET_SIZE(line) != 5) break;
+        /* a LogLine (a tuple subclass of 5) whose time and PID are ints that fit, the time in
+         * range; anything else is the Python loop's (which names a time out of range) */
+        if (!PyTuple_Check(line) || PyTuple_CheckExact(line) || PyTuple_GET_SIZE(line) != 5)
+            break;
         PyObject *msg = PyTuple_GET_ITEM(line, 4), *line_pid = PyTuple_GET_ITEM(line, 3);
+        PyObject *time = PyTuple_GET_ITEM(line, 1);
+        if (!PyLong_CheckExact(time) || !PyLong_CheckExact(line_pid)) break;
+        int time_over = 0, pid_over = 0;
+        long long time_us = PyLong_AsLongLongAndOverflow(time, &time_over);
+        long long pid_value = PyLong_AsLongLongAndOverflow(line_pid, &pid_over);
+        if (PyErr_Occurred()) { /* (exact ints: never) */
+            PyErr_Clear();
+            break;
+        }
+        if (time_over || pid_over || time_us < MIN_TIME_US || time_us > MAX_TIME_US) break;
+        (void)pid_value;
         Tok t;
-        if (!PyUnicode_Check(msg) || !read_token(msg, &t)) break;
+        if (!read_token(msg, &t)) break;
         if (line_pid != pid) { /* another server (Python restarts), unless the same or 0 */
             int same = PyObject_RichCompareBool(line_pid, pid, Py_EQ);
             int zero = same == 1 ? 0 : PyObject_Not(line_pid);
@@ -717,7 +989,7 @@ static PyObject *feed(PyObject *self, PyObject *args) {
             if (!same && !zero) break;
         }
         Block before = b;
-        int done = apply(&t, line, node, &b, started, last_timed, ty, max_started, out);
+        int done = apply(&t, line, time_us, node, &b, started, last_timed, ty, max_started, out);
         if (done <= 0) {
             b = before;
             if (done < 0) ok = -1;
@@ -735,10 +1007,11 @@ done:
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(data, keywords, node, since_us, line_type) -> (lines, newlines, raw): the lines of data\n"
-     "holding a keyword, in order, each line_type(node, time_us, '', pid, message) when it is\n"
-     "a plain short-iso-precise line (left out when older than since_us), else its bytes; and\n"
-     "how many newlines data holds, and how many of the lines are bytes."},
+     "scan(data, keywords, node, since_us, line_type, max_line) -> (lines, newlines, raw): the\n"
+     "lines of data holding a keyword, in order, each line_type(node, time_us, cursor, pid,\n"
+     "message) when it is a plain short-iso-precise line or a usual journal JSON entry of at\n"
+     "most max_line bytes (left out when older than since_us), else its bytes; and how many\n"
+     "newlines data holds, and how many of the lines are bytes."},
     {"feed", feed, METH_VARARGS,
      "feed(parser, lines, start, out, types, max_started) -> index: Parser.feed_all on\n"
      "lines[start:] for as long as they are common era C/D slot lines of the parser's server\n"
@@ -752,12 +1025,14 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "exporter._speedups",
-    .m_doc = "Compiled fast paths for dump scanning and line tokenizing (see _speedups.c).",
+    .m_doc = "Compiled fast paths for line scanning and decoding, tokenizing and parsing "
+             "(see _speedups.c).",
     .m_size = -1,
     .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
+    init_json_stop();
     for (int k = OTHER; k <= RELEASE; k++)
         if ((kinds[k] = PyLong_FromLong(k)) == NULL) return NULL;
     return PyModule_Create(&module);

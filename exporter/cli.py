@@ -12,27 +12,27 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from exporter import __version__, config, daemon, demo, report
+from exporter import __version__, config, daemon, demo, report, sources
 from exporter.kinds import Kinds, split_rules
-from exporter.sources import SourceError
-from exporter.sources.dump import parse_time_us
+from exporter.times import SECOND, iso, since_us
 
 log = logging.getLogger(__name__)
 
 
 def _time(text: str) -> int:
     try:
-        return parse_time_us(text)
+        return since_us(text, int(datetime.now(UTC).timestamp() * SECOND))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"not an ISO 8601 time: {text!r} (e.g. 2026-09-22T07:32:55, UTC without an offset)"
+            f"not a time: {text!r} (ISO 8601 like 2026-09-22T07:32:55, UTC without an offset; "
+            f"now; or -30m, -24h, -7d)"
         ) from None
 
 
 def _input(text: str) -> tuple[str, Path]:
     node, sep, path = text.partition("=")
     if not sep or not node or not path:
-        raise argparse.ArgumentTypeError(f"expected NODE=FILE, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected NODE=FILE (or NODE=- for stdin), got {text!r}")
     return node, Path(path)
 
 
@@ -126,16 +126,18 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         type=_time,
         metavar="T",
-        help="window start, ISO 8601 (UTC when it has no offset)",
+        help="window start: ISO 8601 (UTC when it has no offset), now, or -30m, -24h, -7d",
     )
-    rp.add_argument("--until", required=True, type=_time, metavar="T", help="window end")
+    rp.add_argument(
+        "--until", required=True, type=_time, metavar="T", help="window end, in the same forms"
+    )
     rp.add_argument(
         "--input",
         action="append",
         type=_input,
         metavar="NODE=FILE",
-        help="a node's journal dump (journalctl -o json or -o short-iso-precise), instead of "
-        "the configured nodes; repeat per node",
+        help="a node's journal dump (journalctl -o json or -o short-iso-precise, plain or gzip; "
+        "- for standard input, or a pipe), instead of the configured nodes; repeat per node",
     )
     rp.add_argument(
         "--config",
@@ -210,7 +212,7 @@ def _load(path: Path, *, as_service: bool = False) -> config.Config | None:
     `${CREDENTIALS_DIRECTORY}` as the service will see it (for checks run from a shell)."""
     env = _ServiceEnv(os.environ) if as_service else os.environ
     try:
-        cfg = config.load(path, env, available=daemon.AVAILABLE_SOURCES)
+        cfg = config.load(path, env, available=sources.AVAILABLE)
     except config.ConfigError as e:
         log.error("%s", e)
         return None
@@ -223,12 +225,7 @@ def _load(path: Path, *, as_service: bool = False) -> config.Config | None:
 
 def _progress(node: str, entries: int, reached_us: int | None) -> None:
     """A progress line per node on a terminal: entries read, journal time reached."""
-    when = (
-        ""
-        if reached_us is None
-        else " reached "
-        + datetime.fromtimestamp(reached_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
-    )
+    when = "" if reached_us is None else " reached " + iso(reached_us)
     sys.stderr.write(f"\r  {node}: {entries:,} entries{when}\x1b[K\n\x1b[1A")
     sys.stderr.flush()
 
@@ -237,21 +234,17 @@ def _known_hosts(path: Path, names: list[str]) -> int:
     cfg = _load(path, as_service=True)  # (only hosts and ports are used)
     if cfg is None:
         return 1
-    ssh_nodes = [n for n in cfg.nodes if isinstance(n, config.SshNode)]
-    unknown = sorted(set(names) - {n.name for n in ssh_nodes})
+    unknown = sorted(set(names) - {n.name for n in cfg.nodes})
     if unknown:
-        log.error("not SSH nodes of %s: %s", path, ", ".join(unknown))
+        log.error("not nodes of %s: %s", path, ", ".join(unknown))
         return 2
-    chosen = [n for n in ssh_nodes if not names or n.name in names]
-    from exporter.sources.ssh import host_keys
-
-    try:
-        lines = asyncio.run(host_keys([(n.name, n.host, n.port) for n in chosen]))
-    except (OSError, SourceError) as e:
-        log.error("%s", e)
-        return 1
-    print("\n".join(lines))
-    return 0
+    chosen = [n for n in cfg.nodes if not names or n.name in names]
+    lines, problems = asyncio.run(sources.host_keys(chosen, named=bool(names)))
+    if lines:
+        print("\n".join(lines))
+    for problem in problems:
+        log.error("%s", problem)
+    return 1 if problems else 0
 
 
 def _check_config(path: Path) -> int:
@@ -295,31 +288,46 @@ def _report(args: argparse.Namespace) -> int:
         if len(set(names)) != len(names):
             log.error("a node is given twice in --input: %s", ", ".join(names))
             return 2
+        paths = [path for _, path in args.input]
+        if paths.count(Path("-")) > 1:
+            log.error("only one --input can be - (standard input)")
+            return 2
+        missing = [
+            f"{n}: no such file: {p}" for n, p in args.input if p != Path("-") and not p.exists()
+        ]
+        if missing:
+            log.error("%s", "; ".join(missing))
+            return 2
         nodes = tuple(config.FileNode(node, path) for node, path in args.input)
-    missing = [
-        f"node {n.name}: no such file: {n.path}"
-        for n in nodes
-        if isinstance(n, config.FileNode) and not n.path.is_file()
-    ]
-    if missing:
-        log.error("%s", "; ".join(missing))
-        return 2
     kinds = Kinds(split_rules(args.split_tokens)) if args.split_tokens is not None else cfg.kinds
     max_request_s = args.max_request_seconds or cfg.max_request_seconds
-    max_request_us = max_request_s * 1_000_000
+    max_request_us = max_request_s * SECOND
     progress = _progress if sys.stderr.isatty() else None
-    try:
-        streams = report.node_streams(nodes, args.since, args.until + max_request_us, progress)
-        r = report.build(streams, kinds, args.since, args.until, max_request_us=max_request_us)
-    except SourceError as e:
-        log.error("%s", e)
-        return 1
+    builder = report.Builder(
+        [n.name for n in nodes], kinds, args.since, args.until, max_request_us=max_request_us
+    )
+    failed = asyncio.run(
+        sources.read_windows(nodes, args.since, args.until + max_request_us, builder.add, progress)
+    )
+    r = builder.finish()
     for n in r.snapshot.nodes:
         if n.parse_errors:
             log.warning(
-                "node %s: %d lines looked like timing lines but did not parse",
+                "node %s: %d lines looked like timing lines but did not parse%s",
                 n.name,
                 n.parse_errors,
+                "; the first:" if r.errors[n.name] else "",
             )
+            for error in r.errors[n.name]:
+                log.warning("  %s", error)
+    for why in failed.values():
+        log.error("%s", why)
+    if failed:
+        log.error(
+            "could not read %d of %d nodes (%s); the report shows what was read",
+            len(failed),
+            len(nodes),
+            ", ".join(failed),
+        )
     sys.stdout.write(report.render(r, args.format))
-    return 0
+    return 1 if failed else 0

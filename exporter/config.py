@@ -6,6 +6,7 @@ import difflib
 import math
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ import yaml
 
 from exporter.accounting import DEFAULT_BUCKETS_S
 from exporter.kinds import DEFAULT_RULES, KindRule, Kinds
-from exporter.sources.dump import parse_time_us
+from exporter.times import since_us as _since_us
 
 DEFAULT_PATH = Path("/etc/sm-llm-exporter/config.yaml")
 # systemd.unit(5): ASCII letters, digits, ":", "-", "_", ".", "\" and one "@"; at most 255 bytes
@@ -25,8 +26,6 @@ _UNIT = re.compile(
 )
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]*")
-_RELATIVE = re.compile(r"-(\d+)([smhd])")
-_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class ConfigError(Exception):
@@ -94,12 +93,8 @@ class Config:
 
 
 def since_us(text: str, now_us: int) -> int:
-    if text == "now":
-        return now_us
-    m = _RELATIVE.fullmatch(text)
-    if m:
-        return now_us - int(m.group(1)) * _UNITS_S[m.group(2)] * 1_000_000
-    return parse_time_us(text)
+    """`since` (now, ISO 8601, or relative like -24h) -> microseconds; see `times.since_us`."""
+    return _since_us(text, now_us)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -570,7 +565,7 @@ def _kind_name(value: Any) -> str:
 def _since(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("")
-    since_us(value, 0)
+    since_us(value, int(time.time() * 1_000_000))  # (as the daemon will read it now)
     return value
 
 

@@ -13,27 +13,26 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib.util
 import logging
 import random
 import signal
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from datetime import UTC, datetime
 from typing import Any
 
-from exporter import __version__
+from exporter import __version__, sources
 from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
 from exporter.checkpoint import Checkpoint, CheckpointError
 from exporter.collector import Published, Renderer
-from exporter.config import Config, FileNode, JournalNode, NodeConfig, SshNode
+from exporter.config import Config, NodeConfig
 from exporter.http import HttpServer, Pages
 from exporter.logline import Batch, Event, EventKind, Record
 from exporter.notify import Notifier
 from exporter.parse import Parser
-from exporter.sources import Source, SourceError
-from exporter.sources.file import FileSource
+from exporter.pipeline import apply_batch
+from exporter.sources import Source
+from exporter.times import iso
 
 log = logging.getLogger(__name__)
 
@@ -42,59 +41,6 @@ TURN_BUDGET_S = 0.2  # batches applied per ingest turn, at most this long
 GC_YOUNG = 10_000  # allocations between collections of the young generation (Python: 700)
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
 ERRORS_LOGGED = 5  # parse errors logged per node before going quiet (they are all counted)
-
-
-def make_source(node: NodeConfig, since_us: int, position: str) -> Source:
-    """The production source for a configured node."""
-    if isinstance(node, FileNode):
-        return FileSource(node.name, node.path, since_us=since_us, position=position)
-    if isinstance(node, JournalNode) and "journal" in AVAILABLE_SOURCES:
-        from exporter.sources.journal import JournalSource  # needs systemd-python
-
-        return JournalSource(
-            node.name,
-            node.unit,
-            since_us=since_us,
-            position=position,
-            directory=node.directory,
-            files=node.files,
-        )
-    if isinstance(node, SshNode):
-        from exporter.sources.ssh import SshSource
-
-        return SshSource(node, since_us=since_us, position=position)
-    raise SourceError(
-        f"node {node.name}: source {node.source!r} is not available in this "
-        f"version of sm-llm-exporter"
-    )
-
-
-# The kinds of source `make_source` can start.
-AVAILABLE_SOURCES = frozenset(
-    {"file", "ssh"} | ({"journal"} if importlib.util.find_spec("systemd") is not None else set())
-)
-
-
-def apply_batch(batch: Batch, parser: Parser, acc: Accounting, now_us: int) -> list[Record]:
-    """One source batch through the node's parser into the accounting; returns the records
-    it added (the daemon logs some of them)."""
-    node = batch.node
-    if batch.reconnected:
-        acc.source_reconnected(node)
-    if batch.gap:
-        acc.source_gap(node)
-    recs: list[Record] = [
-        Event(node, now_us, EventKind.PARSE_ERROR, detail=error) for error in batch.errors
-    ]
-    recs += parser.feed_all(batch.lines)
-    acc.add_all(recs)
-    if batch.entries or batch.newest_us is not None:
-        acc.line_read(node, batch.newest_us, batch.entries)
-    newest = acc.nodes[node].newest_us
-    acc.source_state(
-        node, up=batch.up, caught_up=batch.caught_up, now_us=now_us, lag_us=now_us - newest
-    )
-    return recs
 
 
 def tune_gc() -> None:
@@ -119,7 +65,7 @@ class Daemon:
         config: Config,
         *,
         clock: Callable[[], float] = time.time,
-        source_factory: Callable[[NodeConfig, int, str], Source] = make_source,
+        source_factory: Callable[[NodeConfig, int, str], Source] = sources.follow,
         publish_seconds: float = 1.0,
         tick_seconds: float = 0.5,
         version: str = __version__,
@@ -397,7 +343,7 @@ class Daemon:
         requests = sum(c.requests for n in snap.nodes for c in n.kinds.values())
         return (
             f"{up}/{len(snap.nodes)} sources up, {snap.nodes_busy} nodes busy, "
-            f"{requests} requests, accounted until {_iso(snap.watermark_us)}"
+            f"{requests} requests, accounted until {iso(snap.watermark_us)}"
         )
 
     def publish(self) -> None:
@@ -457,7 +403,7 @@ class Daemon:
             "resuming from checkpoint %s (%d nodes, accounted until %s)",
             self.checkpoint.path,
             len(positions),
-            _iso(self.acc.watermark_us),
+            iso(self.acc.watermark_us),
         )
 
     def _refuse(self, why: str) -> None:
@@ -468,7 +414,3 @@ class Daemon:
             self.config.since,
             f" (the file is kept as {aside})" if aside else "",
         )
-
-
-def _iso(us: int) -> str:
-    return datetime.fromtimestamp(us / SECOND, UTC).isoformat(timespec="seconds")

@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter._compiled import speedups
 from exporter.logline import Event, EventKind, Interval, LogLine, Record
+from exporter.times import MAX_TIME_US, MIN_TIME_US
 
 # A stop line is a cancel when no timing block for its task follows within this much journal time.
 STOP_GRACE_US = 1_000_000
@@ -121,30 +123,86 @@ class Parser:
 
     def feed_all(self, lines: Iterable[LogLine]) -> list[Record]:
         """Parse lines in order; returns what they complete, in order. (One loop for a whole
-        batch: this is the hot path of every source.)
+        batch: this is the hot path of every source.) Nothing a line holds raises out of it: a
+        line that makes the parser fail unexpectedly is that line's parse error, with the
+        parser's state as it was before it.
 
         Where the compiled module is built, its `feed` runs this same state machine over the
         common era C/D lines of the running server and leaves every other line (and every line
         while a stop waits for its timing block) to the Python loop, `_feed`."""
+        todo = lines if type(lines) is tuple else tuple(lines)
+        mark = self._mark()
+        try:
+            return self._feed_fast(todo)
+        except Exception:  # a defect, not the input's fault: find the line, skip it, go on
+            self._rollback(mark)
+            return self._feed_isolated(todo)
+
+    def _feed_fast(self, todo: tuple[LogLine, ...]) -> list[Record]:
         out: list[Record] = []
         fast = _fast_feed
         if fast is None:
-            self._feed(lines, out)
+            self._feed(todo, out, _fast_tokenize)
             return out
-        todo = lines if type(lines) is tuple else tuple(lines)
         i, n = 0, len(todo)
         while i < n:
             if not self.pending_stops:
                 i = fast(self, todo, i, out, _FEED_TYPES, MAX_STARTED)
                 if i == n:
                     break
-            self._feed((todo[i],), out)
+            self._feed((todo[i],), out, _fast_tokenize)
             i += 1
         return out
 
-    def _feed(self, lines: Iterable[LogLine], out: list[Record]) -> None:
-        fast = _fast_tokenize
+    def _feed_isolated(self, todo: tuple[LogLine, ...]) -> list[Record]:
+        """One line at a time, each rolled back and counted as a parse error if it fails."""
+        out: list[Record] = []
+        for line in todo:
+            mark, part = self._mark(), list[Record]()
+            try:
+                self._feed((line,), part, None)
+            except Exception as e:
+                self._rollback(mark)
+                part = [self._error(line, f"internal error ({type(e).__name__}: {str(e)[:80]})")]
+            out += part
+        return out
+
+    def _mark(self) -> tuple[Any, ...]:
+        b = self.block
+        block = (
+            b
+            if b is _NO_BLOCK
+            else _Block(
+                b.slot, b.task, b.prompt_us, b.prompt_tokens, b.generation_us, b.generated_tokens
+            )
+        )
+        return (
+            self.pid,
+            block,
+            dict(self.pending_stops),
+            dict(self.last_timed),
+            dict(self.started),
+        )
+
+    def _rollback(self, mark: tuple[Any, ...]) -> None:
+        self.pid, self.block, self.pending_stops, self.last_timed, self.started = mark
+
+    def feed_reference(self, lines: Iterable[LogLine]) -> list[Record]:
+        """`feed_all` in pure Python: the reference the compiled `feed` is held to."""
+        out: list[Record] = []
+        self._feed(lines, out, None)
+        return out
+
+    def _feed(
+        self,
+        lines: Iterable[LogLine],
+        out: list[Record],
+        fast: Callable[[str], Token | None] | None = None,
+    ) -> None:
         for line in lines:
+            if not MIN_TIME_US <= line.time_us <= MAX_TIME_US:  # (sources keep to it: rare)
+                out.append(self._error(line, "journal time out of range"))
+                continue
             if self.pending_stops:
                 self._expire(line.time_us, out)
             msg = line.message
@@ -298,7 +356,7 @@ class Parser:
             line.time_us,
             EventKind.PARSE_ERROR,
             line.pid,
-            detail=f"{why}: {line.message[:200]!r}",
+            detail=f"{why}: {str(line.message)[:200]!r}",
         )
 
     # -- checkpoint -------------------------------------------------------------------------
@@ -335,7 +393,7 @@ def tokenize(msg: str) -> Token | None:
     Token, or ParseError for a timing line that does not parse. Pure; the reference for the
     compiled `_speedups.tokenize`, which gives the same Token for the common shapes of eras C
     and D and None for anything else."""
-    kind = _classify(msg)
+    kind = classify(msg)
     if kind is None:
         return None
     if kind in ("total", "component"):
@@ -381,33 +439,15 @@ def tokenize(msg: str) -> Token | None:
     return (kind_b, int(m.group(1)), int(m.group(2)), None, None)
 
 
-def _compiled_tokenize() -> Callable[[str], Token | None] | None:
-    """The compiled tokenizer for the common lines (setup.py builds it wherever a C compiler
-    is); without it `tokenize` does all the work."""
-    try:
-        from exporter._speedups import tokenize as compiled
-    except ImportError:  # pragma: no cover - CI insists on the compiled module
-        return None
-    return compiled
-
-
-def _compiled_feed() -> Callable[..., int] | None:
-    """The compiled `Parser.feed_all` for runs of common lines; None without the module."""
-    try:
-        from exporter._speedups import feed as compiled
-    except ImportError:  # pragma: no cover - CI insists on the compiled module
-        return None
-    return compiled
-
-
-_fast_tokenize = _compiled_tokenize()
-_fast_feed = _compiled_feed()
+_fast_tokenize = None if speedups is None else speedups.tokenize
+_fast_feed = None if speedups is None else speedups.feed
 # what the compiled feed makes records of (it builds the NamedTuples as their __new__ would)
 _FEED_TYPES = (Interval, _STARTED, "", Event, _Block, _NO_BLOCK)
 
 
-def _classify(msg: str) -> str | None:
-    """Which kind of line this may be, by cheap substring tests; None for the rest."""
+def classify(msg: str) -> str | None:
+    """Which kind of line this may be, by cheap substring tests; None for the rest (every line
+    it names holds one of KEYWORDS: what a source may skip unread)."""
     if "time" in msg:
         if "total time" in msg:
             return "total"

@@ -1,23 +1,22 @@
-"""One-shot report: nodes' lines over a past window -> fresh accounting -> the seed's tables, JSON.
+"""One-shot report: nodes' Batches over a past window -> fresh accounting -> the seed's tables.
 
-Requests count by their end in [since, until], as the seed counts them. Busy, concurrency and
-mix seconds come from every interval that overlaps the window, clipped to it, exactly.
+Pure: it reads nothing itself (the sources' `window` readers hand it Batches). Requests count by
+their end in [since, until], as the seed counts them. Busy, concurrency and mix seconds come from
+every interval that overlaps the window, clipped to it, exactly. Parse errors are the lines that
+looked like timing lines but did not parse, counted as the daemon counts them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.accounting import SECOND, Accounting, Snapshot
-from exporter.config import FileNode, JournalNode, NodeConfig, SshNode
 from exporter.kinds import Kinds
-from exporter.logline import Event, EventKind, Interval, LogLine
+from exporter.logline import Batch, Event, EventKind, Interval, Record
 from exporter.parse import Parser
-from exporter.sources.dump import read_dump
 
 # Column labels the seed prints for its two kinds.
 _SEED_LABELS = {"extraction": "extract", "reconcile": "reconcile"}
@@ -31,86 +30,86 @@ class Report:
     until_us: int
     snapshot: Snapshot
     durations_us: dict[str, list[int]] = field(default_factory=dict)  # kind -> counted requests
+    errors: dict[str, list[str]] = field(default_factory=dict)  # node -> the first few, named
 
     @property
     def wall_s(self) -> float:
         return self.until_us / SECOND - self.since_us / SECOND
 
 
+ERRORS_KEPT = 5  # parse errors named per node (all are counted)
+
+
+class Builder:
+    """Takes every node's Batches (in any order across nodes, in order per node) and makes the
+    report of [since_us, until_us]."""
+
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        kinds: Kinds,
+        since_us: int,
+        until_us: int,
+        max_request_us: int = 600 * SECOND,
+    ) -> None:
+        self.kinds, self.since_us, self.until_us = kinds, since_us, until_us
+        self.max_request_us = max_request_us
+        self.acc = Accounting(list(nodes), kinds, origin_us=since_us, max_request_us=max_request_us)
+        self.parsers = {n: Parser(n) for n in nodes}
+        self.durations: dict[str, list[int]] = {k: [] for k in kinds.names}
+        self.errors: dict[str, list[str]] = {n: [] for n in nodes}
+
+    def add(self, batch: Batch) -> None:
+        node = batch.node
+        kept = self.errors[node]
+        for error in batch.errors:  # an unreadable line still counts, as a parse error
+            self.acc.add(Event(node, self.since_us, EventKind.PARSE_ERROR, detail=error))
+            if len(kept) < ERRORS_KEPT:
+                kept.append(error)
+        for rec in self.parsers[node].feed_all(batch.lines):
+            self._add(rec)
+
+    def finish(self) -> Report:
+        for parser in self.parsers.values():
+            for rec in parser.flush(self.until_us + self.max_request_us):
+                self._add(rec)
+        self.acc.advance_to(self.until_us)
+        return Report(
+            self.since_us, self.until_us, self.acc.snapshot(), self.durations, self.errors
+        )
+
+    def _add(self, rec: Record) -> None:
+        if type(rec) is Interval:
+            if rec.end_us < self.since_us:
+                return
+            counted = rec.end_us <= self.until_us
+            if counted:
+                self.durations[self.kinds.classify(rec.tokens)].append(rec.duration_us)
+            self.acc.add(rec, count=counted)
+            return
+        assert isinstance(rec, Event)
+        if rec.kind is EventKind.PARSE_ERROR:  # however far its time is off
+            self.acc.add(rec)
+            kept = self.errors[rec.node]
+            if len(kept) < ERRORS_KEPT:
+                kept.append(rec.detail)
+        elif self.since_us <= rec.time_us <= self.until_us:
+            self.acc.add(rec)
+
+
 def build(
-    streams: Mapping[str, Iterable[LogLine | Exception]],
+    batches: Mapping[str, Iterable[Batch]],
     kinds: Kinds,
     since_us: int,
     until_us: int,
     max_request_us: int = 600 * SECOND,
 ) -> Report:
-    """Run every node's lines through a parser each and one accounting over the window."""
-    acc = Accounting(list(streams), kinds, origin_us=since_us, max_request_us=max_request_us)
-    durations: dict[str, list[int]] = {k: [] for k in kinds.names}
-    for node, lines in streams.items():
-        parser = Parser(node)
-        for line in lines:
-            if isinstance(line, Exception):  # an unreadable line still counts, as a parse error
-                acc.add(Event(node, since_us, EventKind.PARSE_ERROR, detail=str(line)))
-                continue
-            for rec in parser.feed(line):
-                _add(acc, rec, since_us, until_us, kinds, durations)
-        for rec in parser.flush(until_us + max_request_us):
-            _add(acc, rec, since_us, until_us, kinds, durations)
-    acc.advance_to(until_us)
-    return Report(since_us, until_us, acc.snapshot(), durations)
-
-
-def _add(
-    acc: Accounting,
-    rec: Interval | Event,
-    since_us: int,
-    until_us: int,
-    kinds: Kinds,
-    durations: dict[str, list[int]],
-) -> None:
-    if isinstance(rec, Interval):
-        if rec.end_us < since_us:
-            return
-        counted = rec.end_us <= until_us
-        if counted:
-            durations[kinds.classify(rec.tokens)].append(rec.duration_us)
-        acc.add(rec, count=counted)
-    elif since_us <= rec.time_us <= until_us:
-        acc.add(rec)
-
-
-Progress = Callable[[str, int, int | None], None]
-
-
-def node_streams(
-    nodes: Sequence[NodeConfig], since_us: int, until_us: int, progress: Progress | None = None
-) -> dict[str, Iterable[LogLine | Exception]]:
-    """Every configured node's lines over [since_us, until_us], read from where it keeps them:
-    dump files and local journals as they are iterated, SSH nodes all at once, up front."""
-    streams: dict[str, Iterable[LogLine | Exception]] = {}
-    remote = [n for n in nodes if isinstance(n, SshNode)]
-    if remote:
-        from exporter.sources.ssh import read_window as read_remote
-
-        async def fetch() -> list[list[LogLine | Exception]]:
-            return list(
-                await asyncio.gather(
-                    *(read_remote(n, since_us, until_us, progress) for n in remote)
-                )
-            )
-
-        streams.update(zip((n.name for n in remote), asyncio.run(fetch()), strict=True))
-    for node in nodes:
-        if isinstance(node, FileNode):
-            streams[node.name] = read_dump(node.path, node.name)
-        elif isinstance(node, JournalNode):
-            from exporter.sources.journal import read_window  # needs systemd-python
-
-            streams[node.name] = read_window(
-                node.name, node.unit, since_us, until_us, directory=node.directory, files=node.files
-            )
-    return {n.name: streams[n.name] for n in nodes}
+    """The report of every node's Batches."""
+    builder = Builder(list(batches), kinds, since_us, until_us, max_request_us)
+    for node_batches in batches.values():
+        for batch in node_batches:
+            builder.add(batch)
+    return builder.finish()
 
 
 def median_us(durations: Sequence[int]) -> int | None:

@@ -21,7 +21,7 @@ from types import FrameType
 import pytest
 import yaml
 
-from exporter import daemon
+from exporter import daemon, sources
 from exporter.accounting import DEFAULT_BUCKETS_S
 from exporter.cli import SERVICE_CREDENTIALS, main
 from exporter.config import (
@@ -1036,7 +1036,7 @@ def test_check_config_bad_file_prints_every_problem_on_stderr(
     service_env = {**os.environ, "CREDENTIALS_DIRECTORY": SERVICE_CREDENTIALS}
     expected = [
         p.replace("cfg.yaml", str(path), 1)
-        for p in problems(MANY, env=service_env, available=daemon.AVAILABLE_SOURCES)
+        for p in problems(MANY, env=service_env, available=sources.AVAILABLE)
     ]
     assert set(MANY_PROBLEMS[:-1]) <= {p.replace(str(path), "cfg.yaml", 1) for p in expected}
     assert "CREDENTIALS_DIRECTORY is not set" in MANY_PROBLEMS[-1]
@@ -1082,12 +1082,12 @@ NODE_OF = {
     "journal": "{name: a, source: journal}",
     "ssh": "{name: a, source: ssh, host: h}",
 }
-UNAVAILABLE = sorted(ALL_SOURCES - daemon.AVAILABLE_SOURCES)
+UNAVAILABLE = sorted(ALL_SOURCES - sources.AVAILABLE)
 
 
 def test_node_of_covers_every_source() -> None:
     assert set(NODE_OF) == ALL_SOURCES
-    assert daemon.AVAILABLE_SOURCES <= ALL_SOURCES
+    assert sources.AVAILABLE <= ALL_SOURCES
 
 
 @pytest.mark.parametrize("source", sorted(ALL_SOURCES))
@@ -1097,7 +1097,7 @@ def test_check_config_refuses_sources_the_daemon_cannot_follow(
     path = tmp_path / "c.yaml"
     path.write_text(y("nodes:", f"  - {NODE_OF[source]}"), encoding="utf-8")
     code, _, err = cli("check-config", str(path))
-    if source in daemon.AVAILABLE_SOURCES:
+    if source in sources.AVAILABLE:
         assert code == 0, err
     else:
         assert code == 1

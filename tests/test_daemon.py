@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import json
 import os
 import random
 import signal
@@ -21,20 +22,21 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from support.dumps import report_of_dumps
 
-from exporter import __version__, report
+from exporter import __version__
 from exporter.accounting import SECOND, Accounting, Snapshot
 from exporter.checkpoint import Checkpoint
 from exporter.collector import Exposition, Published, Renderer, SnapshotCollector
-from exporter.config import Config, FileNode
+from exporter.config import Config, FileNode, NodeConfig
 from exporter.daemon import Daemon
 from exporter.demo import NODES, node_lines, short_iso
 from exporter.kinds import DEFAULT_RULES, Kinds
 from exporter.logline import Batch, Event, EventKind, Interval, LogLine
 from exporter.sources import SourceError
-from exporter.sources.dump import read_dump
 
 from conftest import (
+    Samples,
     free_port,
     http_get,
     parse_metrics,
@@ -245,7 +247,7 @@ def test_daemon_figures_equal_the_report(dumps: dict[str, Path]) -> None:
         samples = wait_for(lambda: caught_up(d, dumps), 20, "every line read")
     watermark = round(sample(samples, "smllm_accounted_until_timestamp_seconds") * SECOND)  # type: ignore[operator]
     assert watermark > END  # caught up and idle: now - 2 s
-    r = report.build({n: read_dump(p, n) for n, p in dumps.items()}, cfg.kinds, START, watermark)
+    r = report_of_dumps(dumps, cfg.kinds, START, watermark)
     snap = r.snapshot
     for k, v in enumerate(snap.concurrency_us):
         assert sample(
@@ -722,3 +724,105 @@ def test_a_slow_checkpoint_write_holds_up_no_reading(
     asyncio.run(run_until(d, logged_on, 30))
     assert requests() > 12 * len(nodes)
     assert sum(ns.late for ns in d.acc.nodes.values()) == 0
+
+
+POISON_TIMES = ("18446744073709551616", "9999999999999999999")  # 2**64, and over 2**63
+
+
+def poisoned_dump(path: Path, before: int, after: int) -> int:
+    """A `-o json` dump of one-slot requests with entries whose time does not fit in 64 bits
+    between them; returns how many requests it holds."""
+    rows = []
+    t = START
+    for i in range(before + after):
+        if i == before:
+            for j, poison in enumerate(POISON_TIMES):
+                rows.append(
+                    {
+                        "__CURSOR": f"s=p;i={j}",
+                        "__REALTIME_TIMESTAMP": poison,
+                        "_PID": "42",
+                        "MESSAGE": TOTAL_LINE.format(task=10_000 + j),
+                    }
+                )
+        t += 5 * SECOND
+        rows.append(
+            {
+                "__CURSOR": f"s=a;i={i}",
+                "__REALTIME_TIMESTAMP": str(t),
+                "_PID": "42",
+                "MESSAGE": TOTAL_LINE.format(task=i),
+            }
+        )
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return before + after
+
+
+def test_a_poison_line_is_counted_skipped_and_stops_no_node(tmp_path: Path) -> None:
+    """Entries stamped beyond 64 bits once raised out of the compiled parser, stopped every
+    node and, the saved position being before them, crashed every restart."""
+    clean = write_dumps(tmp_path)
+    poisoned = tmp_path / "poisoned.json"
+    n_poisoned = poisoned_dump(poisoned, 7, 5)
+    dumps = {"node0": clean["node0"], "poisoned": poisoned}
+    cfg = config_for(dumps)
+    want = report_of_dumps({"node0": clean["node0"]}, cfg.kinds, START, END + 3600 * SECOND)
+    (want_node0,) = want.snapshot.nodes
+    want_requests = {k: c.requests for k, c in want_node0.kinds.items()}
+    assert sum(want_requests.values()) > 10
+
+    for run in range(2):  # and a restart from the checkpoint does not crash either
+        with DaemonThread(Daemon(cfg, publish_seconds=0.1)) as d:
+
+            def followed(d: DaemonThread = d) -> Samples | None:
+                samples = caught_up(d, dumps)
+                ups = [sample(samples, "smllm_source_up", node=n) for n in dumps] if samples else []
+                return samples if ups == [1] * len(dumps) else None
+
+            samples = wait_for(followed, 20, f"every line read, run {run}")
+        got = {
+            k: sample(samples, "smllm_requests_total", node="node0", kind=k) for k in want_requests
+        }
+        assert got == want_requests
+        poisoned_requests = sum(
+            sample(samples, "smllm_requests_total", node="poisoned", kind=k) or 0
+            for k in want_requests
+        )
+        assert poisoned_requests == n_poisoned  # before and after the poison
+        assert sample(samples, "smllm_parse_errors_total", node="poisoned") == len(POISON_TIMES)
+
+
+def test_a_logline_beyond_64_bits_from_a_source_is_that_lines_parse_error(
+    tmp_path: Path,
+) -> None:
+    """What a source hands over unchecked (systemd-python gives any 64-bit journal time) goes
+    through the compiled parser too: counted and skipped, the node and the others going on."""
+    good = [LogLine("n0", START + i * SECOND, "", 42, TOTAL_LINE.format(task=i)) for i in (1, 2)]
+    poison = [
+        LogLine("n0", t, "", p, TOTAL_LINE.format(task=9))
+        for t, p in ((2**64, 42), (-(2**63) - 1, 42), (START + 1, 2**70))
+    ]
+    lines = (good[0], *poison, good[1])
+
+    class Once:
+        def __init__(self, node: NodeConfig, since_us: int, position: str) -> None:
+            self.node = node.name
+
+        async def run(self, out: asyncio.Queue[Batch]) -> None:
+            await out.put(
+                Batch(
+                    self.node,
+                    lines if self.node == "n0" else good,
+                    entries=len(lines),
+                    newest_us=START + 2 * SECOND,
+                    caught_up=True,
+                )
+            )
+            await asyncio.Event().wait()
+
+    d = Daemon(stand_in_config(tmp_path, ["n0", "n1"], SINCE), source_factory=Once)
+    asyncio.run(run_until(d, lambda: d.acc.nodes["n0"].entries == len(lines), 10))
+    n0, n1 = d.acc.nodes["n0"], d.acc.nodes["n1"]
+    assert sum(c.requests for c in n0.kinds.values()) == 3  # the good ones and pid 2**70's
+    assert n0.parse_errors == 2
+    assert sum(c.requests for c in n1.kinds.values()) == 2 and n1.parse_errors == 0

@@ -17,9 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.logline import Batch, Event, EventKind, Interval, LogLine, Record
-from exporter.parse import KEYWORDS, Parser, _classify
-from exporter.sources.dump import LineDecoder
-from exporter.sources.file import CHUNK, FilePosition, FileSource, relevant_lines
+from exporter.parse import KEYWORDS, Parser, classify
+from exporter.sources.entries import EntryDecoder
+from exporter.sources.file import CHUNK, FilePosition, FileSource
+from exporter.sources.lines import find_lines
 
 T0 = 1_790_062_264_127_792  # 2026-09-22T07:31:04.127792Z
 MS = 1000
@@ -476,7 +477,7 @@ def parse_all(lines: list[LogLine]) -> tuple[list[Interval], Counter[Record]]:
 
 
 def every_line(path: Path) -> list[LogLine]:
-    decoder = LineDecoder("node0")
+    decoder = EntryDecoder("node0")
     decoded = (decoder.decode(raw) for raw in path.read_bytes().split(b"\n"))
     return [line for line in decoded if line is not None]
 
@@ -563,15 +564,15 @@ def test_relevant_lines_hold_every_line_the_parser_could_use(
     entries: list[tuple[str, str]],
 ) -> None:
     raws = [render(form, T0 + i, msg, seq=i) for i, (msg, form) in enumerate(entries)]
-    out = list(relevant_lines(lines_of(*raws)))
-    decoder = LineDecoder("node0")
+    out = list(find_lines(lines_of(*raws)))
+    decoder = EntryDecoder("node0")
     # whole lines, in order, each at most once
     rest = iter(raws)
     assert all(any(got == raw for raw in rest) for got in out)
     for raw in raws:
         line = decoder.decode(raw)
         assert line is not None
-        if _classify(line.message) is not None:
+        if classify(line.message) is not None:
             assert raw in out, (line.message, raw)
 
 
@@ -599,7 +600,8 @@ def test_unreadable_keyword_lines_are_errors_naming_the_file(
     assert messages(batches) == [LAUNCH.format(t=1), TOTAL_D]
     errors = [e for b in batches for e in b.errors]
     assert len(errors) == len(bad)
-    assert all(e.startswith(f"{path}: ") for e in errors)
+    # named by file and line number (the bad lines follow the first good one)
+    assert [e.split(": ", 1)[0] for e in errors] == [f"{path}:{2 + i}" for i in range(len(bad))]
     assert sum(b.entries for b in batches) == len(bad) + 3
     assert batches[-1].newest_us == T0 + MS
 
@@ -709,7 +711,7 @@ def test_run_follows_appends_until_cancelled(tmp_path: Path) -> None:
         return got
 
     got = asyncio.run(main())
-    assert src._file is not None and src._file.closed
+    assert src.closed
     assert got[-1].position == position(path)
     assert sum(b.entries for b in got) == 2 + 2 * 5
     assert all(b.up for b in got)
@@ -734,7 +736,7 @@ def test_run_waits_for_a_missing_file_saying_so_once(tmp_path: Path) -> None:
     assert not got[0].up and str(path) in got[0].error
     assert [b.up for b in got].count(False) == 1  # said once, though polled again and again
     assert messages(got) == [TOTAL_D]
-    assert src._file is not None and src._file.closed
+    assert src.closed
 
 
 @pytest.mark.parametrize("layout", ['"MESSAGE":{}', '"MESSAGE": {}', '"MESSAGE" : {}'])

@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import pytest
+from support.dumps import dump_lines, report_of_dumps
 
-from exporter import report
+from exporter import sources
 from exporter.accounting import SECOND, Snapshot
 from exporter.config import Config, JournalNode
 from exporter.daemon import Daemon
@@ -43,7 +44,6 @@ from exporter.demo import DemoLine, node_lines
 from exporter.kinds import DEFAULT_RULES, Kinds
 from exporter.logline import Batch, Interval, LogLine
 from exporter.parse import KEYWORDS, Parser
-from exporter.sources.dump import read_dump
 
 from conftest import IN_CI, Samples, free_port, http_get, parse_metrics, sample, wait_for
 
@@ -330,11 +330,11 @@ def journal_source(**kw: Any) -> JournalSource:
 
 @contextlib.contextmanager
 def opened(src: JournalSource) -> Iterator[JournalSource]:
-    src._open()
+    src.open()
     try:
         yield src
     finally:
-        src._close()
+        src.close()
 
 
 def read_through(src: JournalSource) -> list[Batch]:
@@ -647,9 +647,7 @@ def test_other_units_ignored_and_odd_bytes_decoded_and_parsed(tmp_path: Path) ->
             json.dumps(r) + "\n" for r in journal_json("--file", str(path), f"_SYSTEMD_UNIT={UNIT}")
         )
     )
-    from_dump = [
-        x for x in read_dump(dump, "n") if isinstance(x, LogLine) and relevant(x.message.encode())
-    ]
+    from_dump = [x for x in dump_lines(dump, "n") if relevant(x.message.encode())]
     assert [x.message for x in from_dump] == [x.message for x in b.lines]
 
     parser = Parser("n")
@@ -717,7 +715,7 @@ def test_run_follows_live_appends_and_a_new_file_without_blocking(tmp_path: Path
 
     got, gap, src, task = asyncio.run(main())
     assert task.cancelled(), "run() did not end on cancellation"
-    assert src._reader is None, "the Reader was not closed"
+    assert not src.is_open, "the Reader was not closed"
     assert [x for b in got for x in b.lines] == lines_of(entries)  # all, once, in order
     assert sum(b.entries for b in got) == len(lines_of(entries))
     newest = [b.newest_us for b in got if b.newest_us is not None]
@@ -936,14 +934,14 @@ def test_sigkill_mid_stream_never_goes_back_and_ends_exact(tmp_path: Path) -> No
     assert not never_back.errors, never_back.errors[:10]
 
     # a from-scratch count of the same entries, as `journalctl -u UNIT -o json` dumps them
-    streams = {}
+    streams: dict[str, Path] = {}
     for node, unit in (("a", UNIT), ("b", UNIT_B)):
         rows = journal_json("--directory", str(journals), "-u", unit)
         assert len(rows) == expected[node]
         dump = tmp_path / f"{node}.json"
         dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        streams[node] = read_dump(dump, node)
-    snap = report.build(streams, Kinds(DEFAULT_RULES), start, t_end).snapshot
+        streams[node] = dump
+    snap = report_of_dumps(streams, Kinds(DEFAULT_RULES), start, t_end).snapshot
     assert snap.watermark_us == t_end
     problems = compare(samples, snap)
     assert not problems, problems
@@ -1076,7 +1074,10 @@ def test_report_on_journal_nodes_equals_report_on_dumps(tmp_path: Path) -> None:
     assert figures["since"] == since / SECOND and figures["until"] == until / SECOND
 
     # the journal is sought to the window: nothing before `since` is read
-    from exporter.sources.journal import read_window
+    node = JournalNode("a", UNIT, directory=journals)
 
-    got = list(read_window("a", UNIT, since, until, directory=journals))
+    async def window() -> list[LogLine]:
+        return [x async for b in sources.window(node, since, until) for x in b.lines]
+
+    got = [x for x in asyncio.run(window()) if x.time_us <= until]
     assert got == [x for x in lines_of(entries, "a") if since <= x.time_us <= until]

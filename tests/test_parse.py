@@ -461,13 +461,10 @@ LONG = "9" * 5000  # more digits than int() takes from a string
     ids=["task", "slot", "duration", "tokens", "era-b-task"],
 )
 def test_a_number_too_long_is_a_parse_error_and_the_parser_goes_on(
-    msg: str, compiled: bool, monkeypatch: pytest.MonkeyPatch
+    msg: str, compiled: bool
 ) -> None:
-    if not compiled:
-        monkeypatch.setattr(parse, "_fast_tokenize", None)
-        monkeypatch.setattr(parse, "_fast_feed", None)
     p = Parser("n0")
-    out = p.feed_all(
+    out = (p.feed_all if compiled else p.feed_reference)(
         (LogLine("n0", T0, "", 100, msg), LogLine("n0", T0 + 5_000_000, "", 100, D + TOTAL_C))
     )
     assert [type(r) for r in out] == [Event, Interval]
@@ -506,20 +503,18 @@ def test_new_pid_is_a_restart_and_drops_the_block() -> None:
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "pure"])
 def test_a_restart_on_a_garbled_line_forgets_the_old_servers_launches(
-    compiled: bool, monkeypatch: pytest.MonkeyPatch
+    compiled: bool,
 ) -> None:
     """The new server's launches land in its own table (the pure loop once kept writing them
     to the table the restart had dropped)."""
-    if not compiled:
-        monkeypatch.setattr(parse, "_fast_tokenize", None)
-        monkeypatch.setattr(parse, "_fast_feed", None)
     p = Parser("n0")
     for t, msg, pid in [
         (0, START.format(t=1), 100),
         (10, D + "      total time =    45x35.45 ms /   505 tokens", 200),  # garbled, new PID
         (20, START.format(t=2), 200),
     ]:
-        p.feed(LogLine("n0", T0 + t * 1000, "", pid, msg))
+        line = LogLine("n0", T0 + t * 1000, "", pid, msg)
+        (p.feed_all if compiled else p.feed_reference)((line,))
     assert p.pid == 200
     assert p.state()["started"] == [[0, 2, T0 + 20_000]]
 

@@ -1,32 +1,36 @@
-"""Follows a journal dump file like `tail -F`, in large chunks, skipping lines that cannot matter.
+"""Journal dump files: followed like `tail -F` (the daemon), or read over a window (the report).
 
-Handles appends, a partial last line (waited for), truncation (read again from the start), the
-file replaced by a new one (the old one read to its end first) and a file that does not exist
-yet. Its position is (device, inode, byte offset after the last whole line read).
+Both read in large chunks through the line layer (`sources/lines.py`). Following handles
+appends, a partial last line (waited for), truncation (read again from the start), the file
+replaced by a new one (the old one read to its end first) and a file that does not exist yet;
+its position is (device, inode, byte offset after the last whole line read). A window reads
+what an operator hands the report: a plain or gzip dump (told by its magic bytes), `-` for
+standard input, a pipe or a process substitution.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import io
 import logging
 import os
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, BinaryIO, cast
 
-from exporter.logline import Batch, LogLine
-from exporter.parse import KEYWORDS
-from exporter.sources.dump import DumpLineError, LineDecoder
+from exporter.logline import Batch
+from exporter.sources import SourceError
+from exporter.sources.lines import Chunk, LineReader
 
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
-# The parser's keywords, and JSON entries whose MESSAGE is not UTF-8 (an array of bytes),
-# whatever the spacing journalctl puts around the colon.
-_KEYWORDS = (*KEYWORDS, b'"MESSAGE":[', b'"MESSAGE": [', b'"MESSAGE" : [')
+STDIN = Path("-")
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
@@ -45,63 +49,6 @@ class FilePosition:
         except ValueError:
             return None
         return cls(dev, ino, offset) if offset >= 0 else None
-
-
-def relevant_lines(data: bytes) -> list[bytes]:
-    """The lines of `data` (whole lines, newline-separated) that contain a keyword, in order.
-
-    One `bytes.find` pass per keyword: a C-speed search, where an alternation regex would try
-    every keyword at every byte."""
-    find, rfind = data.find, data.rfind
-    starts: set[int] = set()
-    for keyword in _KEYWORDS:
-        at = find(keyword)
-        while at >= 0:
-            starts.add(rfind(b"\n", 0, at) + 1)
-            end = find(b"\n", at)
-            if end < 0:
-                break
-            at = find(keyword, end)
-    lines = []
-    for start in sorted(starts):
-        end = find(b"\n", start)
-        lines.append(data[start:] if end < 0 else data[start:end])
-    return lines
-
-
-def _compiled_scan() -> Callable[..., tuple[list[bytes | LogLine], int, int]] | None:
-    """The compiled `relevant_lines` that also decodes plain short-iso-precise lines (setup.py
-    builds it wherever a C compiler is)."""
-    try:
-        from exporter._speedups import scan as compiled
-    except ImportError:  # pragma: no cover - CI insists on the compiled module
-        return None
-    return compiled
-
-
-_scan = _compiled_scan()
-
-
-def scan(data: bytes, node: str, since_us: int) -> tuple[list[bytes | LogLine], int, int]:
-    """`relevant_lines(data)`, the number of lines in `data`, and how many of the lines are
-    bytes; where the compiled module is built, each plain short-iso-precise line comes already
-    decoded to a LogLine of `node` (and left out when older than `since_us`), the rest as bytes
-    for `LineDecoder`."""
-    if _scan is not None:
-        return _scan(data, _KEYWORDS, node, since_us, LogLine)
-    lines: list[bytes | LogLine] = list(relevant_lines(data))
-    return lines, data.count(b"\n"), len(lines)
-
-
-def last_lines(data: bytes, most: int = 16) -> Iterator[bytes]:
-    """The last lines of `data` (whole lines), newest first, at most `most` of them."""
-    end = len(data.rstrip(b"\n"))
-    for _ in range(most):
-        if end <= 0:
-            return
-        start = data.rfind(b"\n", 0, end) + 1
-        yield data[start:end]
-        end = start - 1
 
 
 class FileSource:
@@ -123,11 +70,9 @@ class FileSource:
         self.poll_seconds = poll_seconds
         self.chunk = chunk
         self._resume = FilePosition.parse(position) if position else None
-        self._decoder = LineDecoder(node)
+        self._reader = LineReader(node, since_us=since_us, where=str(path))
         self._file: io.BufferedReader | None = None
         self._dev = self._ino = 0
-        self._offset = 0  # after the last whole line handed over
-        self._partial = b""
         self._said_missing = False
         self._said_caught_up = False
         self._lock = threading.Lock()
@@ -144,6 +89,11 @@ class FileSource:
         finally:
             # a step cancelled while its thread still reads: close once that thread is done
             await asyncio.to_thread(self._close)
+
+    @property
+    def closed(self) -> bool:
+        """Has a file been opened and closed again (the source is done with it)?"""
+        return self._file is not None and self._file.closed
 
     def _locked_step(self) -> Batch | None:
         with self._lock:
@@ -166,50 +116,19 @@ class FileSource:
         data = self._file.read(self.chunk)
         if not data:
             return self._at_end()
-        data = self._partial + data
-        cut = data.rfind(b"\n") + 1
-        self._partial = data[cut:]
-        whole = data[:cut]
-        self._offset += cut
+        chunk = self._reader.feed(data)
         self._said_caught_up = self._is_at_end()
-        return self._batch(whole, self._said_caught_up)
+        return self._batch(chunk, self._said_caught_up)
 
-    def _batch(self, whole: bytes, caught_up: bool) -> Batch:
-        lines: list[LogLine] = []
-        errors: list[str] = []
-        since_us = self.since_us
-        items, entries, n_raw = scan(whole, self.node, since_us)
-        if not n_raw:  # all decoded already (the compiled scan, on plain lines)
-            lines = cast("list[LogLine]", items)
-        for item in items if n_raw else ():
-            if type(item) is LogLine:
-                lines.append(item)
-                continue
-            assert isinstance(item, bytes)
-            try:
-                line = self._decoder.decode(item)
-            except DumpLineError as e:  # holds a keyword but is no journal line: it counts
-                errors.append(f"{self.path}: {e}: {item[:200]!r}")
-                continue
-            if line is not None and line.time_us >= since_us:
-                lines.append(line)
-        newest = None
-        for raw in last_lines(whole):  # the newest line with a time (not a `-- Boot --` note)
-            try:
-                line = self._decoder.decode(raw)
-            except DumpLineError:
-                continue
-            if line is not None:
-                newest = line.time_us
-                break
+    def _batch(self, chunk: Chunk, caught_up: bool) -> Batch:
         return Batch(
             self.node,
-            tuple(lines),
-            entries=entries,
-            newest_us=newest,
-            position=str(FilePosition(self._dev, self._ino, self._offset)),
+            tuple(chunk.lines),
+            entries=chunk.entries,
+            newest_us=chunk.newest_us,
+            position=str(FilePosition(self._dev, self._ino, self._reader.offset)),
             caught_up=caught_up,
-            errors=tuple(errors),
+            errors=tuple(chunk.errors),
             gap=self._take_gap(),
         )
 
@@ -224,7 +143,7 @@ class FileSource:
             return False
         st = os.fstat(f.fileno())
         self._file, self._dev, self._ino = f, st.st_dev, st.st_ino
-        self._offset, self._partial = 0, b""
+        self._reader = LineReader(self.node, since_us=self.since_us, where=str(self.path))
         self._said_missing = self._said_caught_up = False
         resume = self._resume
         self._resume = None
@@ -233,7 +152,10 @@ class FileSource:
             and (resume.dev, resume.ino) == (st.st_dev, st.st_ino)
             and resume.offset <= st.st_size
         ):
-            self._offset = resume.offset
+            self._reader = LineReader(
+                self.node, since_us=self.since_us, where=str(self.path), first_line=None
+            )
+            self._reader.offset = resume.offset
             f.seek(resume.offset)
             log.info("node %s: following %s from byte %d", self.node, self.path, resume.offset)
         elif resume is not None:
@@ -270,7 +192,8 @@ class FileSource:
                 "node %s: %s was truncated; reading it again from the start", self.node, self.path
             )
             self._file.seek(0)
-            self._offset, self._partial, self._said_caught_up = 0, b"", False
+            self._reader = LineReader(self.node, since_us=self.since_us, where=str(self.path))
+            self._said_caught_up = False
             return self.step()
         if self._said_caught_up:
             return None
@@ -278,5 +201,58 @@ class FileSource:
         return Batch(
             self.node,
             caught_up=True,
-            position=str(FilePosition(self._dev, self._ino, self._offset)),
+            position=str(FilePosition(self._dev, self._ino, self._reader.offset)),
         )
+
+
+async def window(node: str, path: Path, since_us: int, until_us: int) -> AsyncIterator[Batch]:
+    """A dump's entries from `since_us` on, read to its end or a little past `until_us`, as
+    Batches (read in a worker thread, a chunk at a time). `path` may be `-` (standard input), a
+    pipe, or gzip (by its magic bytes)."""
+    f = await asyncio.to_thread(_open_dump, node, path)
+    reader = LineReader(node, since_us=since_us, where="<stdin>" if path == STDIN else str(path))
+    try:
+        while True:
+            data = await asyncio.to_thread(_read, f, node, path)
+            chunk = reader.feed(data) if data else reader.end()
+            yield Batch(
+                node,
+                tuple(chunk.lines),
+                entries=chunk.entries,
+                newest_us=chunk.newest_us,
+                caught_up=not data,
+                errors=tuple(chunk.errors),
+            )
+            if not data or (chunk.newest_us is not None and chunk.newest_us > until_us):
+                return
+    finally:
+        if path != STDIN:
+            f.close()
+
+
+def _open_dump(node: str, path: Path) -> BinaryIO:
+    if path == STDIN:
+        raw: BinaryIO = sys.stdin.buffer
+    else:
+        try:
+            raw = path.open("rb")
+        except OSError as e:
+            raise SourceError(f"node {node}: cannot read {path}: {e.strerror or e}") from None
+        if path.is_dir():
+            raw.close()
+            raise SourceError(f"node {node}: {path} is a directory")
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(Any, raw))
+    try:
+        magic = buffered.peek(2)[:2]
+    except OSError as e:
+        raise SourceError(f"node {node}: cannot read {path}: {e.strerror or e}") from None
+    if magic == _GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[return-value]
+    return buffered
+
+
+def _read(f: BinaryIO, node: str, path: Path) -> bytes:
+    try:
+        return f.read(CHUNK)
+    except (OSError, EOFError, gzip.BadGzipFile) as e:  # (EOFError: a gzip stream cut short)
+        raise SourceError(f"node {node}: cannot read {path}: {e}") from None

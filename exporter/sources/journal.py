@@ -13,15 +13,18 @@ import asyncio
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypeVar
 
 from systemd import journal
 
+from exporter.config import JournalNode
 from exporter.logline import Batch, LogLine
 from exporter.parse import KEYWORDS
 from exporter.sources import SourceError
+from exporter.sources.entries import cursor_time_us
+from exporter.times import fits, iso
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -30,18 +33,6 @@ BATCH = 5000  # entries per batch at most
 # One compiled search for the parser's keywords: on a short MESSAGE it beats testing each.
 _KEYWORD = re.compile(b"|".join(map(re.escape, KEYWORDS))).search
 WAIT_US = 1_000_000  # how long one wait for new entries may block its thread
-
-
-def cursor_time_us(cursor: str) -> int | None:
-    """The realtime an entry's cursor names (`t=` field, hex microseconds)."""
-    for part in cursor.split(";"):
-        key, _, value = part.partition("=")
-        if key == "t":
-            try:
-                return int(value, 16)
-            except ValueError:
-                return None
-    return None
 
 
 class JournalSource:
@@ -72,7 +63,7 @@ class JournalSource:
 
     async def run(self, out: asyncio.Queue[Batch]) -> None:
         try:
-            await asyncio.to_thread(self._locked, self._open)
+            await asyncio.to_thread(self._locked, self.open)
             while True:
                 batch = await asyncio.to_thread(self._locked, self.step)
                 if batch is not None:
@@ -80,7 +71,12 @@ class JournalSource:
                 if batch is None or batch.caught_up:
                     await asyncio.to_thread(self._locked, self._wait)
         finally:
-            await asyncio.to_thread(self._locked, self._close)
+            await asyncio.to_thread(self._locked, self.close)
+
+    @property
+    def is_open(self) -> bool:
+        """Is a journal Reader open?"""
+        return self._reader is not None
 
     def _locked(self, fn: Callable[[], T]) -> T:
         with self._lock:
@@ -93,7 +89,7 @@ class JournalSource:
             return "journal files " + ", ".join(map(str, self.files))
         return "the local journal"
 
-    def _open(self) -> None:
+    def open(self) -> None:
         try:
             if self.directory is not None:
                 reader = journal._Reader(0, path=str(self.directory))
@@ -112,11 +108,11 @@ class JournalSource:
         if not cursor:
             reader.seek_realtime(self.since_us)
             log.info(
-                "node %s: following %s, unit %s, from %d",
+                "node %s: following %s, unit %s, from %s",
                 self.node,
                 self._where(),
                 self.unit,
-                self.since_us,
+                iso(self.since_us),
             )
             return
         try:
@@ -163,7 +159,11 @@ class JournalSource:
         get, next_entry, realtime, node = reader._get, reader._next, reader._get_realtime, self.node
         while entries < self.batch and next_entry():
             entries += 1
-            newest = realtime()
+            t = realtime()
+            if not fits(t):  # a clock far off, a corrupt entry: its line is a parse error
+                lines.append(LogLine(node, t, "", 0, "journal time out of range"))
+                continue
+            newest = t
             try:
                 raw = get("MESSAGE")
             except KeyError:
@@ -177,7 +177,7 @@ class JournalSource:
             lines.append(
                 LogLine(
                     node,
-                    newest,
+                    t,
                     "",
                     pid,
                     raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw),
@@ -204,35 +204,26 @@ class JournalSource:
         if self._reader is not None:
             self._reader.wait(WAIT_US)
 
-    def _close(self) -> None:
+    def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
 
 
-def read_window(
-    node: str,
-    unit: str,
-    since_us: int,
-    until_us: int,
-    *,
-    directory: Path | None = None,
-    files: tuple[Path, ...] = (),
-) -> Iterator[LogLine]:
+async def window(node: JournalNode, since_us: int, until_us: int) -> AsyncIterator[Batch]:
     """The node's entries from `since_us` to `until_us` that may matter, for a report: the
-    journal is sought to the window, not read from its start."""
-    source = JournalSource(node, unit, since_us=since_us, directory=directory, files=files)
-    source._open()
+    journal is sought to the window, not read from its start (in a worker thread)."""
+    source = JournalSource(
+        node.name, node.unit, since_us=since_us, directory=node.directory, files=node.files
+    )
+    await asyncio.to_thread(source.open)
     try:
         while True:
-            batch = source.step()
+            batch = await asyncio.to_thread(source.step)
             if batch is None:
                 return
-            for line in batch.lines:
-                if line.time_us > until_us:
-                    return
-                yield line
+            yield batch
             if batch.caught_up or (batch.newest_us is not None and batch.newest_us > until_us):
                 return
     finally:
-        source._close()
+        await asyncio.to_thread(source.close)

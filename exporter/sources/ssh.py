@@ -14,30 +14,28 @@ as it comes, so a request's lines arrive in several packets. They collect in the
 callback each, no task woken) and one timer for all the streams of the event loop hands each
 stream's lines over as one Batch, GATHER_S after the first of them came, or at once when a
 backlog is streaming in; the source's task wakes only when the queue is full, or at the end.
-Each line is decoded with one JSON scan, and the cursor is taken from the last line's entry, not
-decoded again.
+Lines are framed, found and decoded by the line layer (`sources/lines.py`), the same as a dump
+file's: compiled where built. `window` reads a past window for the report the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import shlex
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import asyncssh
 
 from exporter.config import SshNode
-from exporter.logline import Batch, LogLine
+from exporter.logline import Batch
 from exporter.parse import KEYWORDS
 from exporter.sources import SourceError
-from exporter.sources.dump import DumpLineError, LineDecoder
-from exporter.sources.file import last_lines, relevant_lines
-from exporter.sources.journal import cursor_time_us
+from exporter.sources.entries import EntryDecoder, EntryError, cursor_time_us
+from exporter.sources.lines import LineReader
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +48,6 @@ FIELDS = "MESSAGE,_PID,__REALTIME_TIMESTAMP,__CURSOR"
 # The parser's keywords as one PCRE2 alternation, for journalctl --grep.
 GREP = "|".join(k.decode().replace("|", "\\|") for k in KEYWORDS)
 _warned_unverified: set[str] = set()
-_raw_decode = json.JSONDecoder().raw_decode
 
 
 @dataclass(frozen=True)
@@ -155,7 +152,9 @@ class SshSource:
         self.since_us = since_us
         self.cursor = position
         self.env = env
-        self._decoder = LineDecoder(node.name)
+        self._reader = LineReader(
+            node.name, since_us=since_us, where=f"node {node.name}", first_line=None
+        )
 
     async def run(self, out: asyncio.Queue[Batch]) -> None:
         node = self.node
@@ -186,11 +185,8 @@ class SshSource:
             first = await asyncio.wait_for(process.stdout.readline(), 30)
         finally:
             process.close()
-        try:
-            if json.loads(first)["__CURSOR"] == self.cursor:
-                return False
-        except (ValueError, KeyError, TypeError):
-            pass
+        if _entry_cursor(self.node.name, first.rstrip(b"\n")) == self.cursor:
+            return False
         at = cursor_time_us(self.cursor)
         log.warning(
             "node %s: the saved cursor is no longer in the journal (vacuumed or rotated "
@@ -198,6 +194,7 @@ class SshSource:
             self.node.name,
         )
         self.since_us = at + 1 if at is not None else self.since_us
+        self._reader.since_us = self.since_us
         self.cursor = ""
         return True
 
@@ -238,16 +235,14 @@ class SshSource:
                 f"({r.exit_status}): {_text(r.stderr).strip()[:300]}"
             )
         stdout = r.stdout if isinstance(r.stdout, bytes) else b""
+        decoder = EntryDecoder(self.node.name)
         for raw in reversed(stdout.split(b"\n")):
             try:
-                rec = json.loads(raw)
-                cursor = str(rec["__CURSOR"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            try:
-                return cursor, int(rec["__REALTIME_TIMESTAMP"])
-            except (ValueError, KeyError, TypeError):
-                return cursor, None
+                line = decoder.decode(raw)
+            except EntryError:
+                line = None
+            if line is not None and line.cursor:
+                return line.cursor, line.time_us
         return "", None
 
     def _caught_up_at_start(self, newest: str, newest_us: int | None) -> bool:
@@ -303,46 +298,23 @@ class SshSource:
             follow.stop()
             chan.close()  # closing the channel stops it: root sessions refuse signals
 
-    def _batch(self, whole: bytes, newest: str, caught_up: bool) -> Batch:
-        lines: list[LogLine] = []
-        errors: list[str] = []
-        node, since_us = self.node.name, self.since_us
-        last: LogLine | None = None
-        raw = b""
-        for raw in relevant_lines(whole):
-            line = _plain(node, raw)
-            if line is None:  # anything unusual: the dump decoder's verdict, and its words
-                try:
-                    line = self._decoder.decode(raw)
-                except DumpLineError as e:
-                    errors.append(f"node {node}: remote journalctl: {e}: {raw[:200]!r}")
-                    last = None
-                    continue
-            last = line
-            if line is not None and line.time_us >= since_us:  # --since has whole seconds
-                lines.append(line)
-        last_time = None
-        if last is not None and last.cursor and whole.endswith(b"%b\n" % raw):
-            self.cursor, last_time = last.cursor, last.time_us  # the last line, decoded above
-        else:
-            for raw in last_lines(whole, most=whole.count(b"\n")):  # the newest with a cursor
-                try:
-                    rec = json.loads(raw)
-                    cursor, last_time = str(rec["__CURSOR"]), int(rec["__REALTIME_TIMESTAMP"])
-                except (ValueError, KeyError, TypeError):
-                    continue
-                self.cursor = cursor
-                break
+    def batch(self, data: bytes, newest: str, caught_up: bool) -> Batch | None:
+        """The follow stream's next bytes as a Batch (None while no line is whole)."""
+        chunk = self._reader.feed(data)
+        if not chunk.whole:
+            return None
+        if chunk.cursor:
+            self.cursor = chunk.cursor
         if not caught_up and newest:
-            caught_up = newest.encode() in whole or self.cursor == newest
+            caught_up = newest.encode() in chunk.whole or self.cursor == newest
         return Batch(
-            node,
-            tuple(lines),
-            entries=whole.count(b"\n"),
-            newest_us=last_time,
+            self.node.name,
+            tuple(chunk.lines),
+            entries=chunk.entries,
+            newest_us=chunk.newest_us,
             position=self.cursor,
             caught_up=caught_up,
-            errors=tuple(errors),
+            errors=tuple(chunk.errors),
         )
 
 
@@ -405,7 +377,6 @@ class _Follow(asyncssh.SSHClientSession[bytes]):
         self._chan: asyncssh.SSHClientChannel[bytes] | None = None
         self._parts: list[bytes] = []
         self._size = 0
-        self._partial = b""
         self._started = False  # handing over (once the source's first Batch is out)
         self._due = False  # a hand-over is scheduled
         self._paused = False
@@ -460,18 +431,16 @@ class _Follow(asyncssh.SSHClientSession[bytes]):
         if not self._started or self.held is not None or self.error is not None:
             return
         if self._size:
-            data = self._partial + b"".join(self._parts)
+            data = b"".join(self._parts)
             self._parts.clear()
             self._size = 0
-            cut = data.rfind(b"\n") + 1
-            self._partial, whole = data[cut:], data[:cut]
-            if whole:
-                try:
-                    batch = self._source._batch(whole, self._newest, self.caught_up)
-                except Exception as e:  # the task raises it
-                    self.error = e
-                    self.event.set()
-                    return
+            try:
+                batch = self._source.batch(data, self._newest, self.caught_up)
+            except Exception as e:  # the task raises it
+                self.error = e
+                self.event.set()
+                return
+            if batch is not None:
                 self.caught_up = batch.caught_up
                 try:
                     self._out.put_nowait(batch)
@@ -502,35 +471,13 @@ class _Follow(asyncssh.SSHClientSession[bytes]):
             self._chan.resume_reading()  # may deliver what waited, at once
 
 
-def _plain(node: str, raw: bytes) -> LogLine | None:
-    """A journal JSON entry of the usual shape (string fields, a decimal time and PID, one
-    object on the line) -> its LogLine, as `LineDecoder` makes it; None for anything else."""
-    if raw[:1] != b"{":
-        return None
+def _entry_cursor(node: str, raw: bytes) -> str:
+    """The cursor of one `-o json` line ("" when it has none, or is no entry)."""
     try:
-        text = raw.decode()
-        rec, end = _raw_decode(text)
-    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested beyond reason
-        return None
-    if end != len(text) or type(rec) is not dict:
-        return None
-    t, pid, cursor, message = (
-        rec.get("__REALTIME_TIMESTAMP"),
-        rec.get("_PID"),
-        rec.get("__CURSOR"),
-        rec.get("MESSAGE"),
-    )
-    if (
-        type(t) is not str
-        or type(pid) is not str
-        or type(cursor) is not str
-        or type(message) is not str
-        or not (t.isascii() and t.isdigit() and pid.isascii() and pid.isdigit())
-        or len(t) > 19
-        or len(pid) > 10
-    ):
-        return None
-    return LogLine(node, int(t), cursor, int(pid), message)
+        line = EntryDecoder(node).decode(raw)
+    except EntryError:
+        return ""
+    return "" if line is None else line.cursor
 
 
 def _text(value: object) -> str:
@@ -539,39 +486,37 @@ def _text(value: object) -> str:
     return str(value or "")
 
 
-async def host_keys(hosts: Sequence[tuple[str, str, int]]) -> list[str]:
-    """known_hosts lines for each (name, host, port), fetched without trusting them, with the
-    SHA256 fingerprint as a comment for the operator to check."""
-    lines = []
-    for name, host, port in hosts:
-        try:
-            key = await asyncssh.get_server_host_key(host, port)
-        except (asyncssh.Error, OSError) as e:
-            raise SourceError(
-                f"node {name}: {host}:{port}: cannot fetch its host key: "
-                f"{getattr(e, 'reason', None) or e}"
-            ) from None
-        if key is None:
-            lines.append(f"# {name}: {host}:{port} offered no host key")
-            continue
-        entry = host if port == 22 else f"[{host}]:{port}"
-        lines.append(f"# {name}: {key.get_fingerprint('sha256')}")
-        lines.append(f"{entry} {key.export_public_key('openssh').decode().strip()}")
-    return lines
+async def host_key(name: str, host: str, port: int) -> list[str]:
+    """known_hosts lines for a node, fetched without trusting it, with the SHA256 fingerprint as
+    a comment for the operator to check."""
+    try:
+        key = await asyncssh.get_server_host_key(host, port)
+    except (asyncssh.Error, OSError) as e:
+        raise SourceError(
+            f"node {name}: {host}:{port}: cannot fetch its host key: "
+            f"{getattr(e, 'reason', None) or getattr(e, 'strerror', None) or e}"
+        ) from None
+    if key is None:
+        return [f"# {name}: {host}:{port} offered no host key"]
+    entry = host if port == 22 else f"[{host}]:{port}"
+    return [
+        f"# {name}: {key.get_fingerprint('sha256')}",
+        f"{entry} {key.export_public_key('openssh').decode().strip()}",
+    ]
 
 
-async def read_window(
+async def window(
     node: SshNode,
     since_us: int,
     until_us: int,
     progress: Callable[[str, int, int | None], None] | None = None,
     env: dict[str, str] | os._Environ[str] = os.environ,
-) -> list[LogLine | Exception]:
-    """The node's entries over [since_us, until_us] that may matter, for a report; `progress`
-    hears (node, entries read, journal time reached) as the stream comes in."""
+) -> AsyncIterator[Batch]:
+    """The node's entries over [since_us, until_us] that may matter, for a report, as Batches;
+    `progress` hears (node, entries read, journal time reached) as the stream comes in."""
     password = read_secret(node, env)
-    decoder = LineDecoder(node.name)
-    lines: list[LogLine | Exception] = []
+    reader = LineReader(node.name, since_us=since_us, where=f"node {node.name}", first_line=None)
+    entries = 0
     reached: int | None = None
     try:
         async with asyncssh.connect(node.host, **connect_options(node, password)) as conn:
@@ -584,23 +529,23 @@ async def read_window(
             )
             process = await conn.create_process(command, encoding=None)
             try:
-                entries, partial = 0, b""
-                while data := await process.stdout.read(READ_SIZE):
-                    data = partial + data
-                    cut = data.rfind(b"\n") + 1
-                    partial, whole = data[cut:], data[:cut]
-                    entries += whole.count(b"\n")
-                    for raw in relevant_lines(whole):
-                        try:
-                            line = decoder.decode(raw)
-                        except DumpLineError as e:  # it still counts, as a parse error
-                            lines.append(e)
-                            continue
-                        if line is not None:
-                            lines.append(line)
-                            reached = line.time_us
+                while True:
+                    data = await process.stdout.read(READ_SIZE)
+                    chunk = reader.feed(data) if data else reader.end()
+                    entries += chunk.entries
+                    reached = chunk.newest_us if chunk.newest_us is not None else reached
                     if progress is not None:
                         progress(node.name, entries, reached)
+                    yield Batch(
+                        node.name,
+                        tuple(chunk.lines),
+                        entries=chunk.entries,
+                        newest_us=chunk.newest_us,
+                        errors=tuple(chunk.errors),
+                        caught_up=not data,
+                    )
+                    if not data:
+                        break
                 status = await process.wait(check=False, timeout=30)
             finally:
                 process.close()
@@ -613,4 +558,3 @@ async def read_window(
             f"node {node.name}: remote journalctl failed ({status.exit_status}): "
             f"{_text(status.stderr).strip()[:300]}"
         )
-    return lines

@@ -1,4 +1,4 @@
-"""Journal dump lines, both formats, to LogLines; bad lines named by file and line number."""
+"""journalctl's text forms, both formats, to LogLines: `entries.EntryDecoder`, every shape and error."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from exporter.logline import LogLine
-from exporter.sources.dump import DumpLineError, LineDecoder, parse_time_us, read_dump
+from exporter.sources.entries import EntryDecoder, EntryError, cursor_time_us, plain_json
+from exporter.times import MAX_TIME_US, parse_time_us
 
 T = 1_790_062_264_127_792  # 2026-09-22T07:31:04.127792Z
 
@@ -61,7 +62,7 @@ def entry(message: object, **extra: object) -> bytes:
     ],
 )
 def test_decode(raw: bytes, expected: LogLine | None) -> None:
-    assert LineDecoder("n").decode(raw) == expected
+    assert EntryDecoder("n").decode(raw) == expected
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,13 @@ def test_decode(raw: bytes, expected: LogLine | None) -> None:
         b'{"__REALTIME_TIMESTAMP": 1e999, "MESSAGE": "total time = 5 ms"}',
         b'{"MESSAGE": "total time = 5 ms", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
         b'{"__REALTIME_TIMESTAMP": "' + b"9" * 5000 + b'", "MESSAGE": "total time"}',
-        b"2026-09-22T07:31:04.127792+0000 h sm-llm[" + b"9" * 5000 + b"]: total time = 5 ms",
+        # a time that does not fit in 64 bits, or past the year 9999
+        b'{"__REALTIME_TIMESTAMP": "9999999999999999999", "MESSAGE": "total time = 5 ms"}',
+        b'{"__REALTIME_TIMESTAMP": "18446744073709551616", "MESSAGE": "total time = 5 ms"}',
+        b'{"__REALTIME_TIMESTAMP": "-1", "MESSAGE": "total time = 5 ms"}',
+        b'{"__REALTIME_TIMESTAMP":"' + str(MAX_TIME_US + 1).encode() + b'","_PID":"1",'
+        b'"__CURSOR":"c","MESSAGE":"total time = 5 ms"}',
+        b"1969-12-31T23:59:59.000000+0000 h sm-llm[1]: total time = 5 ms",
     ],
     ids=[
         "garbage",
@@ -90,16 +97,20 @@ def test_decode(raw: bytes, expected: LogLine | None) -> None:
         "inf",
         "deep",
         "long-time",
-        "long-pid",
+        "over-64-bits",
+        "2**64",
+        "negative",
+        "past-9999",
+        "before-1970",
     ],
 )
 def test_bad_lines_raise(raw: bytes) -> None:
-    with pytest.raises(DumpLineError):
-        LineDecoder("n").decode(raw)
+    with pytest.raises(EntryError):
+        EntryDecoder("n").decode(raw)
 
 
 def test_hour_cache_follows_the_clock() -> None:
-    d = LineDecoder("n")
+    d = EntryDecoder("n")
     times = [
         "2026-09-22T07:59:59.999999+0000",
         "2026-09-22T08:00:00.000000+0000",
@@ -111,17 +122,6 @@ def test_hour_cache_follows_the_clock() -> None:
         assert line is not None and line.time_us == parse_time_us(t)
 
 
-def test_read_dump_names_file_and_line(tmp_path: Path) -> None:
-    path = tmp_path / "n.log"
-    path.write_bytes(
-        b"2026-09-22T07:31:04.127792+0000 h u[1]: a\nnot a journal line\n" + entry("b") + b"\n"
-    )
-    out = list(read_dump(path, "n"))
-    assert [x.message for x in out if isinstance(x, LogLine)] == ["a", "b"]
-    (err,) = [x for x in out if isinstance(x, DumpLineError)]
-    assert f"{path}:2:" in str(err)
-
-
 @pytest.mark.parametrize(
     "raw",
     [
@@ -131,14 +131,32 @@ def test_read_dump_names_file_and_line(tmp_path: Path) -> None:
     ],
     ids=["long-time", "long-pid", "deep"],
 )
-def test_the_ssh_fast_decoder_hands_odd_entries_to_the_dump_decoder(raw: bytes) -> None:
-    """The SSH source's fast path for the usual entry shape gives up (None) on these, and the
-    dump decoder reads each (a PID it cannot read is 0) or makes it one line's error."""
-    from exporter.sources.ssh import _plain
-
-    assert _plain("n", raw) is None
+def test_the_fast_json_decoder_hands_odd_entries_to_the_general_one(raw: bytes) -> None:
+    """The fast path for the usual entry shape gives up (None) on these, and the general
+    decoder reads each (a PID it cannot read is 0) or makes it one line's error."""
+    assert plain_json("n", raw) is None
     try:
-        line = LineDecoder("n").decode(raw)
-    except DumpLineError:
+        line = EntryDecoder("n").decode(raw)
+    except EntryError:
         return
     assert line is not None and line.pid == 0
+
+
+def test_a_pid_of_thousands_of_digits_is_an_unknown_pid() -> None:
+    raw = b"2026-09-22T07:31:04.127792+0000 h sm-llm[" + b"9" * 5000 + b"]: total time = 5 ms"
+    line = EntryDecoder("n").decode(raw)
+    assert line is not None and (line.pid, line.time_us) == (0, T)
+
+
+@pytest.mark.parametrize(
+    ("cursor", "expected"),
+    [
+        ("s=ab;i=1f;b=cd;m=1;t=65f0e3c2a1b2c;x=9", 0x65F0E3C2A1B2C),
+        ("s=ab;i=1", None),
+        ("t=zz", None),
+        ("t=" + "f" * 40, None),  # past the year 9999
+        ("", None),
+    ],
+)
+def test_cursor_time(cursor: str, expected: int | None) -> None:
+    assert cursor_time_us(cursor) == expected

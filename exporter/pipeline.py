@@ -1,0 +1,47 @@
+"""One source Batch through a node's parser into the accounting: the ingest step of the daemon.
+
+Nothing a batch holds can raise out of it. The parser turns what it cannot read into parse
+errors; should the accounting still fail on what it was given (a defect), the batch is dropped,
+counted as one parse error, and the node marked down with the error, so the other nodes carry
+on and the node goes on with its next batch instead of crash-looping on this one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from exporter.accounting import Accounting
+from exporter.logline import Batch, Event, EventKind, Record
+from exporter.parse import Parser
+
+log = logging.getLogger(__name__)
+
+
+def apply_batch(batch: Batch, parser: Parser, acc: Accounting, now_us: int) -> list[Record]:
+    """One source batch through the node's parser into the accounting; returns the records
+    it added (the daemon logs some of them)."""
+    node = batch.node
+    if batch.reconnected:
+        acc.source_reconnected(node)
+    if batch.gap:
+        acc.source_gap(node)
+    recs: list[Record] = [
+        Event(node, now_us, EventKind.PARSE_ERROR, detail=error) for error in batch.errors
+    ]
+    recs += parser.feed_all(batch.lines)
+    up = batch.up
+    try:
+        acc.add_all(recs)
+    except Exception as e:  # a defect: never let it take the daemon down, nor loop on it
+        why = f"internal error accounting a batch ({type(e).__name__}: {str(e)[:200]})"
+        log.exception("node %s: %s; its %d lines are skipped", node, why, len(batch.lines))
+        recs = [Event(node, now_us, EventKind.PARSE_ERROR, detail=why)]
+        acc.add_all(recs)
+        up = False
+    if batch.entries or batch.newest_us is not None:
+        acc.line_read(node, batch.newest_us, batch.entries)
+    newest = acc.nodes[node].newest_us
+    acc.source_state(
+        node, up=up, caught_up=batch.caught_up and up, now_us=now_us, lag_us=now_us - newest
+    )
+    return recs

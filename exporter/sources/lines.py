@@ -1,0 +1,244 @@
+"""The line layer: a node's bytes -> the journal lines that may matter, as LogLines.
+
+Every source that reads text (dump files, `journalctl` over SSH, the report's inputs) hands its
+bytes to one `LineReader`, which
+- frames them into lines, carrying a partial last line to the next call;
+- finds the lines that hold a parser keyword (`KEYWORDS`), skipping the rest unread (compiled:
+  one Wu-Manber pass, with the plain short-iso-precise and usual JSON shapes decoded there too);
+- decodes the others with `entries.EntryDecoder`; a keyword line that is neither format is a
+  parse error named by where it is (`FILE:LINE`);
+- caps a line at MAX_LINE bytes: a longer one holding a keyword is one parse error, skipped in
+  linear time and bounded memory, however long it grows.
+A line with no keyword is never an error: it cannot carry a request, so the daemon and the
+report, which read through this same layer, count the same parse errors for the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from exporter._compiled import speedups
+from exporter.logline import LogLine
+from exporter.parse import KEYWORDS as PARSER_KEYWORDS
+from exporter.sources.entries import EntryDecoder, EntryError
+
+MAX_LINE = 1 << 20
+# The parser's keywords, and JSON entries whose MESSAGE is not UTF-8 (an array of bytes),
+# whatever the spacing journalctl puts around the colon.
+KEYWORDS = (*PARSER_KEYWORDS, b'"MESSAGE":[', b'"MESSAGE": [', b'"MESSAGE" : [')
+_LONGEST = max(map(len, KEYWORDS))
+_ERRORS_KEPT = 100  # error texts kept per chunk (all are counted)
+
+
+def find_lines(data: bytes) -> list[bytes]:
+    """The lines of `data` (newline-separated) that hold a keyword, in order: the pure-Python
+    reference of the compiled scan's search. One `bytes.find` pass per keyword: a C-speed
+    search, where an alternation regex would try every keyword at every byte."""
+    find, rfind = data.find, data.rfind
+    starts: set[int] = set()
+    for keyword in KEYWORDS:
+        at = find(keyword)
+        while at >= 0:
+            starts.add(rfind(b"\n", 0, at) + 1)
+            end = find(b"\n", at)
+            if end < 0:
+                break
+            at = find(keyword, end)
+    lines = []
+    for start in sorted(starts):
+        end = find(b"\n", start)
+        lines.append(data[start:] if end < 0 else data[start:end])
+    return lines
+
+
+def may_matter(data: bytes) -> bool:
+    """Does `data` (one MESSAGE, or one line) hold a keyword?"""
+    return any(k in data for k in PARSER_KEYWORDS)
+
+
+def _scan(data: bytes, node: str, since_us: int) -> tuple[list[bytes | LogLine], int, int]:
+    """The keyword lines of `data` (whole lines), the newlines in it and how many of the lines
+    are left raw: compiled, each line of a usual shape comes decoded (dropped when older than
+    `since_us`); pure, all raw."""
+    if speedups is not None:
+        found: tuple[list[bytes | LogLine], int, int] = speedups.scan(
+            data, KEYWORDS, node, since_us, LogLine, MAX_LINE
+        )
+        return found
+    lines: list[bytes | LogLine] = list(find_lines(data))
+    return lines, data.count(b"\n"), len(lines)
+
+
+def last_lines(data: bytes, most: int = 16) -> Iterator[bytes]:
+    """The last lines of `data` (whole lines), newest first, at most `most` of them."""
+    end = len(data.rstrip(b"\n"))
+    for _ in range(most):
+        if end <= 0:
+            return
+        start = data.rfind(b"\n", 0, end) + 1
+        yield data[start:end]
+        end = start - 1
+
+
+@dataclass(slots=True)
+class Chunk:
+    """What one call of a LineReader found: the lines that may matter (newer than `since`), the
+    parse errors it named, the entries (lines) it read, and the newest entry's time and cursor."""
+
+    lines: list[LogLine] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    entries: int = 0
+    newest_us: int | None = None
+    cursor: str = ""  # of the newest entry that has one ("" for short-iso text)
+    whole: bytes = b""  # the whole lines read
+
+
+class LineReader:
+    """One node's byte stream, framed and decoded; see the module docstring. `where` names the
+    stream in errors (a file name, `ssh host`); `lineno` is the lines read so far (so an error
+    says `where:N`; `first_line` when the stream does not start at its first line)."""
+
+    def __init__(
+        self,
+        node: str,
+        *,
+        since_us: int = 0,
+        where: str = "",
+        first_line: int | None = 1,
+        max_line: int = MAX_LINE,
+    ) -> None:
+        self.node = node
+        self.since_us = since_us
+        self.where = where or node
+        self.max_line = max_line
+        self.decoder = EntryDecoder(node)
+        self.offset = 0  # bytes read in whole lines (and long lines skipped)
+        self.lineno = 0  # lines read
+        self._first = first_line
+        self._partial = b""
+        self._skipping = False  # inside a line longer than max_line
+        self._skipped_keyword = False  # ... which holds a keyword
+        self._skipped_tail = b""  # its last bytes, for a keyword across two reads
+        self._skip_bytes = 0  # its length so far
+        self._found = 0
+
+    def feed(self, data: bytes) -> Chunk:
+        """The next bytes of the stream."""
+        chunk = Chunk()
+        if self._skipping:
+            data = self._skip(data, chunk)
+            if self._skipping:
+                return chunk
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            whole = self._partial + data[:cut] if self._partial else data[:cut]
+            self._partial = data[cut:]
+        else:
+            whole, self._partial = b"", self._partial + data
+        if len(self._partial) > self.max_line:
+            self._start_skip(chunk)
+        if whole:
+            self._decode(whole, chunk)
+        return chunk
+
+    def end(self) -> Chunk:
+        """The end of the stream: its last line, if no newline ended it."""
+        chunk = Chunk()
+        if self._skipping:
+            self._skip(b"\n", chunk)
+        elif self._partial:
+            whole, self._partial = self._partial + b"\n", b""
+            self._decode(whole, chunk)
+        return chunk
+
+    def _decode(self, whole: bytes, chunk: Chunk) -> None:
+        items, entries, n_raw = _scan(whole, self.node, self.since_us)
+        lines = chunk.lines
+        if not n_raw:  # all decoded already (compiled, on the usual shapes)
+            lines += items  # type: ignore[arg-type]
+        else:
+            since_us, decode = self.since_us, self.decoder.decode
+            self._found = 0  # where in `whole` the error search goes on
+            for item in items:
+                if type(item) is LogLine:
+                    lines.append(item)
+                    continue
+                assert isinstance(item, bytes)
+                if len(item) > self.max_line:
+                    self._error(
+                        chunk,
+                        whole,
+                        item,
+                        f"a line of {len(item):,} bytes, longer than {self.max_line:,}: skipped",
+                    )
+                    continue
+                try:
+                    line = decode(item)
+                except EntryError as e:  # holds a keyword but is no journal line: it counts
+                    self._error(chunk, whole, item, f"{e}: {item[:200]!r}")
+                    continue
+                if line is not None and line.time_us >= since_us:
+                    lines.append(line)
+        self._newest(whole, chunk)
+        chunk.entries += entries
+        chunk.whole = whole
+        self.offset += len(whole)
+        self.lineno += entries
+
+    def _newest(self, whole: bytes, chunk: Chunk) -> None:
+        """The newest line with a time (not a `-- Boot --` note), and the newest cursor."""
+        for raw in last_lines(whole):
+            if len(raw) > self.max_line:
+                continue
+            try:
+                line = self.decoder.decode(raw)
+            except EntryError:
+                continue
+            if line is not None:
+                chunk.newest_us, chunk.cursor = line.time_us, line.cursor
+                return
+
+    def _error(self, chunk: Chunk, whole: bytes, raw: bytes, why: str) -> None:
+        if len(chunk.errors) >= _ERRORS_KEPT:
+            chunk.errors.append(f"{self.where}: {why[:60]}")
+            return
+        at = whole.find(raw, self._found)  # (the items come in order)
+        if at >= 0:
+            self._found = at + len(raw)
+        into = whole.count(b"\n", 0, at) if at >= 0 else 0
+        chunk.errors.append(f"{self._place(into)}: {why}")
+
+    def _place(self, lines_into: int) -> str:
+        """`where:N` for the line `lines_into` lines after the ones read so far."""
+        if self._first is None:
+            return f"{self.where} (at byte {self.offset:,} + {lines_into} lines)"
+        return f"{self.where}:{self._first + self.lineno + lines_into}"
+
+    # -- lines longer than max_line ----------------------------------------------------------
+
+    def _start_skip(self, chunk: Chunk) -> None:
+        partial, self._partial = self._partial, b""
+        self._skipping = True
+        self._skipped_keyword = bool(find_lines(partial))
+        self._skipped_tail = partial[-_LONGEST:]
+        self._skip_bytes = len(partial)
+
+    def _skip(self, data: bytes, chunk: Chunk) -> bytes:
+        """Bytes of a line too long to keep: look for its end (and for a keyword in it)."""
+        nl = data.find(b"\n")
+        part = data if nl < 0 else data[:nl]
+        if not self._skipped_keyword:
+            self._skipped_keyword = bool(find_lines(self._skipped_tail + part))
+        self._skip_bytes += len(part)
+        if nl < 0:
+            self._skipped_tail = (self._skipped_tail + part)[-_LONGEST:]
+            return b""
+        if self._skipped_keyword:
+            why = f"a line of {self._skip_bytes:,} bytes, longer than {self.max_line:,}: skipped"
+            chunk.errors.append(f"{self._place(0)}: {why}")
+        chunk.entries += 1
+        self.offset += self._skip_bytes + 1
+        self.lineno += 1
+        self._skipping, self._skipped_tail = False, b""
+        return data[nl + 1 :]

@@ -1,0 +1,44 @@
+"""Journal dumps read the way the report reads them (through `exporter.sources.window`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+
+from exporter import report, sources
+from exporter.config import FileNode
+from exporter.kinds import Kinds
+from exporter.logline import Batch, LogLine
+from exporter.times import MAX_TIME_US, SECOND
+
+
+def dump_batches(path: Path, node: str, since_us: int = 0) -> list[Batch]:
+    """Every Batch the report's reader makes of a dump."""
+
+    async def read() -> list[Batch]:
+        return [b async for b in sources.window(FileNode(node, path), since_us, MAX_TIME_US)]
+
+    return asyncio.run(read())
+
+
+def dump_lines(path: Path, node: str, since_us: int = 0) -> list[LogLine]:
+    """The lines of a dump that may matter, as the report reads them."""
+    return [line for b in dump_batches(path, node, since_us) for line in b.lines]
+
+
+def report_of_dumps(
+    dumps: Mapping[str, Path],
+    kinds: Kinds,
+    since_us: int,
+    until_us: int,
+    max_request_us: int = 600 * SECOND,
+) -> report.Report:
+    """The report of dump files, one per node, as `report --input` makes it."""
+    builder = report.Builder(list(dumps), kinds, since_us, until_us, max_request_us)
+    nodes = [FileNode(n, p) for n, p in dumps.items()]
+    failed = asyncio.run(
+        sources.read_windows(nodes, since_us, until_us + max_request_us, builder.add)
+    )
+    assert not failed, failed
+    return builder.finish()
