@@ -12,8 +12,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from exporter import __version__, config, daemon, demo, report, sources
+from exporter import __version__, config, report, sources
 from exporter.kinds import Kinds, split_rules
+from exporter.pipeline import tune_gc
 from exporter.times import SECOND, iso, since_us
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "known-hosts":
         return _known_hosts(args.config, args.nodes)
     if args.command == "demo":
+        from exporter import demo
+
         directory = args.dir or Path(tempfile.mkdtemp(prefix="sm-llm-demo-"))
         asyncio.run(demo.run_demo(directory, args.listen))
         return 0
@@ -261,6 +264,8 @@ def _run(path: Path) -> int:
     cfg = _load(path)
     if cfg is None:
         return 1
+    from exporter import daemon  # (the report and the checks need none of it)
+
     log.info("sm-llm-exporter %s starting with %s", __version__, path)
     for line in config.describe(cfg):
         log.info("%s", line)
@@ -303,6 +308,7 @@ def _report(args: argparse.Namespace) -> int:
     max_request_s = args.max_request_seconds or cfg.max_request_seconds
     max_request_us = max_request_s * SECOND
     progress = _progress if sys.stderr.isatty() else None
+    tune_gc()
     builder = report.Builder(
         [n.name for n in nodes], kinds, args.since, args.until, max_request_us=max_request_us
     )

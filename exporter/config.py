@@ -99,7 +99,7 @@ def since_us(text: str, now_us: int) -> int:
 
 # -- reading ---------------------------------------------------------------------------------
 
-_TOP = {
+TOP_KEYS = {
     "listen",
     "state_dir",
     "unit",
@@ -110,7 +110,7 @@ _TOP = {
     "kinds",
     "nodes",
 }
-_NODE_KEYS = {
+NODE_KEYS = {
     "file": {"name", "source", "path"},
     "journal": {"name", "source", "unit", "directory", "files"},
     "ssh": {
@@ -130,11 +130,11 @@ _NODE_KEYS = {
         "keepalive_count_max",
     },
 }
-_KIND_KEYS = {"name", "min_tokens", "max_tokens"}
+KIND_KEYS = {"name", "min_tokens", "max_tokens"}
 _SECRET_KEYS = {"password", "passphrase", "secret", "token"}
 
 
-ALL_SOURCES = frozenset(_NODE_KEYS)
+ALL_SOURCES = frozenset(NODE_KEYS)
 
 
 class _Loader(yaml.SafeLoader):
@@ -262,7 +262,7 @@ class _Checker:
             return default
 
     def config(self, data: Any) -> Config:
-        top = self.mapping(data, "", _TOP)
+        top = self.mapping(data, "", TOP_KEYS)
         d = Config()
         host, port = self.get(
             top,
@@ -321,7 +321,7 @@ class _Checker:
         rules: list[KindRule] = []
         for i, item in enumerate(value):
             path = f"kinds[{i}]"
-            k = self.mapping(item, path, _KIND_KEYS)
+            k = self.mapping(item, path, KIND_KEYS)
             name = self.get(
                 k,
                 "name",
@@ -351,8 +351,8 @@ class _Checker:
         for i, item in enumerate(value):
             path = f"nodes[{i}]"
             source = item.get("source") if isinstance(item, dict) else None
-            if not isinstance(source, str) or source not in _NODE_KEYS:
-                near = difflib.get_close_matches(str(source), sorted(_NODE_KEYS), n=1)
+            if not isinstance(source, str) or source not in NODE_KEYS:
+                near = difflib.get_close_matches(str(source), sorted(NODE_KEYS), n=1)
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 self.problem(
                     f"{path}.source",
@@ -365,7 +365,7 @@ class _Checker:
                     f"source {source!r} is not available in this "
                     f"version (available: {', '.join(sorted(self.available))})",
                 )
-            n = self.mapping(item, path, _NODE_KEYS[source])
+            n = self.mapping(item, path, NODE_KEYS[source])
             name = self.get(
                 n, "name", path, _node_name, None, "must be a name of letters, digits, _ . : -"
             )

@@ -12,7 +12,6 @@ Cancellation is the only way it stops.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import random
 import signal
@@ -30,7 +29,7 @@ from exporter.http import HttpServer, Pages
 from exporter.logline import Batch, Event, EventKind, Record
 from exporter.notify import Notifier
 from exporter.parse import Parser
-from exporter.pipeline import apply_batch
+from exporter.pipeline import apply_batch, tune_gc
 from exporter.sources import Source
 from exporter.times import iso
 
@@ -38,23 +37,9 @@ log = logging.getLogger(__name__)
 
 QUEUE_SIZE = 64
 TURN_BUDGET_S = 0.2  # batches applied per ingest turn, at most this long
-GC_YOUNG = 10_000  # allocations between collections of the young generation (Python: 700)
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
+CAUGHT_UP_PUBLISH_S = 0.05  # publish this soon after a source caught up (a backlog read)
 ERRORS_LOGGED = 5  # parse errors logged per node before going quiet (they are all counted)
-
-
-def tune_gc() -> None:
-    """The cyclic garbage collector as the service runs it (`run_until_signalled`; the ingest
-    benchmark too).
-
-    What exists by now (modules, the config) lives as long as the process: the collector need
-    not walk it again (a full collection of it held the event loop ~80 ms: a scrape that slow);
-    what is made from here on (connections come and go) is collected as ever. Nearly everything
-    the ingest path makes dies young by reference counting: collect the young generation every
-    10,000 allocations, not every 700."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
 
 
 class Daemon:
@@ -100,6 +85,7 @@ class Daemon:
         self._down_reason: dict[str, str] = {}
         # per node, the Batch saying its source ended, and the event set once it is applied
         self._ended: dict[str, tuple[Batch, asyncio.Event]] = {}
+        self._caught_up_now = False  # a source caught up since the last publish
 
     def _now_us(self) -> int:
         return int(self.clock() * SECOND)
@@ -235,9 +221,10 @@ class Daemon:
             self.notifier.heartbeat()
             # The checkpoint is written beside the loop, one at a time: a slow disk holds the
             # publishing back, never the reading (batches waiting would be read as late).
-            if mono - last_publish >= self.publish_seconds and (
-                publishing is None or publishing.done()
-            ):
+            # A node that has just caught up (a backlog read) is shown at once, not a second on.
+            due = self.publish_seconds if not self._caught_up_now else CAUGHT_UP_PUBLISH_S
+            if mono - last_publish >= due and (publishing is None or publishing.done()):
+                self._caught_up_now = False
                 publishing = tg.create_task(self._checkpoint_then_publish(), name="checkpoint")
                 last_publish = mono
             await asyncio.sleep(0)
@@ -245,6 +232,8 @@ class Daemon:
     def _apply(self, batch: Batch, now_us: int) -> None:
         node = batch.node
         ns = self.acc.nodes[node]
+        if batch.caught_up and not ns.caught_up:
+            self._caught_up_now = True
         restarts, errors, aborted = ns.restarts, ns.parse_errors, ns.aborted
         recs = apply_batch(batch, self.parsers[node], self.acc, now_us)
         if ns.restarts != restarts or ns.parse_errors != errors:  # (rare: look only then)

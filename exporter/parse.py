@@ -147,7 +147,7 @@ class Parser:
         i, n = 0, len(todo)
         while i < n:
             if not self.pending_stops:
-                i = fast(self, todo, i, out, _FEED_TYPES, MAX_STARTED)
+                i = fast(self, todo, i, out, FEED_TYPES, MAX_STARTED)
                 if i == n:
                     break
             self._feed((todo[i],), out, _fast_tokenize)
@@ -442,7 +442,7 @@ def tokenize(msg: str) -> Token | None:
 _fast_tokenize = None if speedups is None else speedups.tokenize
 _fast_feed = None if speedups is None else speedups.feed
 # what the compiled feed makes records of (it builds the NamedTuples as their __new__ would)
-_FEED_TYPES = (Interval, _STARTED, "", Event, _Block, _NO_BLOCK)
+FEED_TYPES = (Interval, _STARTED, "", Event, _Block, _NO_BLOCK)
 
 
 def classify(msg: str) -> str | None:

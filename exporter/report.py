@@ -37,6 +37,7 @@ class Report:
         return self.until_us / SECOND - self.since_us / SECOND
 
 
+_PARSE_ERROR = EventKind.PARSE_ERROR
 ERRORS_KEPT = 5  # parse errors named per node (all are counted)
 
 
@@ -56,7 +57,7 @@ class Builder:
         self.max_request_us = max_request_us
         self.acc = Accounting(list(nodes), kinds, origin_us=since_us, max_request_us=max_request_us)
         self.parsers = {n: Parser(n) for n in nodes}
-        self.durations: dict[str, list[int]] = {k: [] for k in kinds.names}
+        self._counted: list[tuple[int | None, int]] = []  # (tokens, duration) of each counted
         self.errors: dict[str, list[str]] = {n: [] for n in nodes}
 
     def add(self, batch: Batch) -> None:
@@ -66,35 +67,58 @@ class Builder:
             self.acc.add(Event(node, self.since_us, EventKind.PARSE_ERROR, detail=error))
             if len(kept) < ERRORS_KEPT:
                 kept.append(error)
-        for rec in self.parsers[node].feed_all(batch.lines):
-            self._add(rec)
+        self._add_all(self.parsers[node].feed_all(batch.lines))
 
     def finish(self) -> Report:
         for parser in self.parsers.values():
-            for rec in parser.flush(self.until_us + self.max_request_us):
-                self._add(rec)
+            self._add_all(parser.flush(self.until_us + self.max_request_us))
         self.acc.advance_to(self.until_us)
-        return Report(
-            self.since_us, self.until_us, self.acc.snapshot(), self.durations, self.errors
-        )
+        durations: dict[str, list[int]] = {k: [] for k in self.kinds.names}
+        kind_of: dict[int | None, list[int]] = {}
+        for tokens, duration_us in self._counted:
+            into = kind_of.get(tokens)
+            if into is None:
+                into = kind_of[tokens] = durations[self.kinds.classify(tokens)]
+            into.append(duration_us)
+        return Report(self.since_us, self.until_us, self.acc.snapshot(), durations, self.errors)
+
+    def _add_all(self, recs: list[Record]) -> None:
+        """The records, in order: those in the window (nearly all) in runs through the
+        accounting's batch path, the rest one by one."""
+        since, until = self.since_us, self.until_us
+        counted = self._counted
+        run: list[Record] = []
+        for rec in recs:
+            if type(rec) is Interval:
+                end = rec[2]
+                if since <= end <= until:
+                    run.append(rec)
+                    counted.append((rec[3], end - rec[1]))
+                    continue
+            elif since <= rec[1] <= until and rec[2] is not _PARSE_ERROR:
+                run.append(rec)
+                continue
+            if run:
+                self.acc.add_all(run)
+                run = []
+            self._add(rec)
+        if run:
+            self.acc.add_all(run)
 
     def _add(self, rec: Record) -> None:
+        """One record outside the window: an interval that ends after it is placed on the
+        timeline only (clipped), an earlier one dropped; a parse error counts wherever its
+        time is (however far off), any other event only inside."""
         if type(rec) is Interval:
-            if rec.end_us < self.since_us:
-                return
-            counted = rec.end_us <= self.until_us
-            if counted:
-                self.durations[self.kinds.classify(rec.tokens)].append(rec.duration_us)
-            self.acc.add(rec, count=counted)
+            if rec.end_us > self.until_us:
+                self.acc.add(rec, count=False)
             return
         assert isinstance(rec, Event)
-        if rec.kind is EventKind.PARSE_ERROR:  # however far its time is off
+        if rec.kind is EventKind.PARSE_ERROR:
             self.acc.add(rec)
             kept = self.errors[rec.node]
             if len(kept) < ERRORS_KEPT:
                 kept.append(rec.detail)
-        elif self.since_us <= rec.time_us <= self.until_us:
-            self.acc.add(rec)
 
 
 def build(

@@ -25,9 +25,9 @@ from exporter import daemon, sources
 from exporter.accounting import DEFAULT_BUCKETS_S
 from exporter.cli import SERVICE_CREDENTIALS, main
 from exporter.config import (
-    _KIND_KEYS,
-    _NODE_KEYS,
-    _TOP,
+    KIND_KEYS,
+    NODE_KEYS,
+    TOP_KEYS,
     ALL_SOURCES,
     Config,
     ConfigError,
@@ -914,9 +914,9 @@ def test_load_reads_the_file_and_names_it(tmp_path: Path) -> None:
 
 EXAMPLE_TEXT = EXAMPLE.read_text(encoding="utf-8")
 ACCEPTED = sorted(
-    {("top", k) for k in _TOP}
-    | {(f"node[{source}]", k) for source, keys in _NODE_KEYS.items() for k in keys}
-    | {("kind", k) for k in _KIND_KEYS}
+    {("top", k) for k in TOP_KEYS}
+    | {(f"node[{source}]", k) for source, keys in NODE_KEYS.items() for k in keys}
+    | {("kind", k) for k in KIND_KEYS}
 )
 
 
@@ -935,7 +935,7 @@ def test_example_documents_every_source(source: str) -> None:
 
 def test_example_sets_every_top_level_key_to_its_default() -> None:
     data = yaml.safe_load(EXAMPLE_TEXT)
-    assert set(data) == _TOP
+    assert set(data) == TOP_KEYS
     cfg = good(EXAMPLE_TEXT)
     assert dataclasses.replace(cfg, nodes=()) == Config()
 

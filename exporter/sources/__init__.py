@@ -12,25 +12,21 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Protocol
 
 from exporter.config import FileNode, JournalNode, NodeConfig, SshNode
 from exporter.logline import Batch
+from exporter.sources.base import Progress, Source, SourceError
 
-# (node, entries read, journal time reached): what a report shows while an SSH node streams
-Progress = Callable[[str, int, int | None], None]
-
-
-class Source(Protocol):
-    """Follows one node's journal, handing Batches to `out` until cancelled; it may raise
-    SourceError (or anything else) when it cannot go on, and is then started again."""
-
-    async def run(self, out: asyncio.Queue[Batch]) -> None: ...
-
-
-class SourceError(Exception):
-    """A source cannot read its node's journal; the message names the node and why."""
-
+__all__ = [
+    "AVAILABLE",
+    "Progress",
+    "Source",
+    "SourceError",
+    "follow",
+    "host_keys",
+    "read_windows",
+    "window",
+]
 
 # The kinds of source this installation can read (`journal` needs systemd-python).
 AVAILABLE = frozenset(

@@ -11,6 +11,7 @@ standard input, a pipe or a process substitution.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import io
 import logging
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from exporter.logline import Batch
-from exporter.sources import SourceError
+from exporter.sources.base import SourceError
 from exporter.sources.lines import Chunk, LineReader
 
 log = logging.getLogger(__name__)
@@ -207,25 +208,38 @@ class FileSource:
 
 async def window(node: str, path: Path, since_us: int, until_us: int) -> AsyncIterator[Batch]:
     """A dump's entries from `since_us` on, read to its end or a little past `until_us`, as
-    Batches (read in a worker thread, a chunk at a time). `path` may be `-` (standard input), a
-    pipe, or gzip (by its magic bytes)."""
+    Batches. `path` may be `-` (standard input), a pipe, or gzip (by its magic bytes). The next
+    chunk is read and scanned in a worker thread while the caller parses this one."""
     f = await asyncio.to_thread(_open_dump, node, path)
     reader = LineReader(node, since_us=since_us, where="<stdin>" if path == STDIN else str(path))
+
+    def next_chunk() -> tuple[Chunk, bool]:
+        data = _read(f, node, path)
+        return (reader.feed(data) if data else reader.end()), bool(data)
+
+    ahead: asyncio.Future[tuple[Chunk, bool]] | None = None
     try:
+        coming = ahead = asyncio.ensure_future(asyncio.to_thread(next_chunk))
         while True:
-            data = await asyncio.to_thread(_read, f, node, path)
-            chunk = reader.feed(data) if data else reader.end()
+            chunk, more = await coming
+            ahead = None
+            if more:
+                coming = ahead = asyncio.ensure_future(asyncio.to_thread(next_chunk))
             yield Batch(
                 node,
                 tuple(chunk.lines),
                 entries=chunk.entries,
                 newest_us=chunk.newest_us,
-                caught_up=not data,
+                caught_up=not more,
                 errors=tuple(chunk.errors),
             )
-            if not data or (chunk.newest_us is not None and chunk.newest_us > until_us):
+            if not more or (chunk.newest_us is not None and chunk.newest_us > until_us):
                 return
     finally:
+        last = ahead
+        if last is not None:  # the thread's read ends first: then the file can close
+            with contextlib.suppress(Exception):
+                await asyncio.shield(last)
         if path != STDIN:
             f.close()
 

@@ -22,7 +22,7 @@ from systemd import journal
 from exporter.config import JournalNode
 from exporter.logline import Batch, LogLine
 from exporter.parse import KEYWORDS
-from exporter.sources import SourceError
+from exporter.sources.base import SourceError
 from exporter.sources.entries import cursor_time_us
 from exporter.times import fits, iso
 

@@ -33,7 +33,7 @@ import asyncssh
 from exporter.config import SshNode
 from exporter.logline import Batch
 from exporter.parse import KEYWORDS
-from exporter.sources import SourceError
+from exporter.sources.base import SourceError
 from exporter.sources.entries import EntryDecoder, EntryError, cursor_time_us
 from exporter.sources.lines import LineReader
 

@@ -1,0 +1,144 @@
+"""The layout holds: no module imports one above it in the pipeline, no source kind imports a
+sibling, each vendor library is imported in one module, and no private name crosses a module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "exporter"
+ROOT = PACKAGE.parent
+
+# Bottom to top; a module may import only modules of a lower level (its own level: none of
+# them, so the three source kinds stay apart). The registry (`exporter.sources`) sits above the
+# kinds it starts.
+LEVELS: list[set[str]] = [
+    {"exporter._speedups", "exporter._accounting"},
+    {"exporter", "exporter.times", "exporter.logline", "exporter._compiled"},
+    {"exporter.kinds"},
+    {"exporter.parse"},
+    {"exporter.accounting"},
+    {"exporter.config"},
+    {"exporter.sources.entries"},
+    {"exporter.sources.lines"},
+    {"exporter.sources.base"},
+    {"exporter.sources.file", "exporter.sources.journal", "exporter.sources.ssh"},
+    {"exporter.sources"},
+    {"exporter.pipeline", "exporter.report"},
+    {"exporter.checkpoint", "exporter.collector", "exporter.notify"},
+    {"exporter.http"},
+    {"exporter.daemon"},
+    {"exporter.demo"},
+    {"exporter.cli"},
+    {"exporter.__main__"},
+]
+LEVEL = {m: i for i, ms in enumerate(LEVELS) for m in ms}
+VENDORS = {"systemd.journal", "systemd.daemon", "asyncssh", "prometheus_client", "yaml"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """(module, names, line) of every import in the file, in functions too."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append((node.module, [a.name for a in node.names], node.lineno))
+    return out
+
+
+def test_every_module_has_a_level() -> None:
+    assert sorted(set(MODULES) - set(LEVEL)) == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_imports_one_above_it_or_a_sibling(name: str) -> None:
+    bad = []
+    for module, names, line in imports(MODULES[name]):
+        targets = [module] + [f"{module}.{n}" for n in names if f"{module}.{n}" in LEVEL]
+        for target in targets:
+            whole_package = target == "exporter" and all(f"exporter.{n}" in LEVEL for n in names)
+            if (
+                target in LEVEL
+                and target != name
+                and LEVEL[target] >= LEVEL[name]
+                and not (whole_package and names)
+            ):
+                bad.append(f"{name}:{line} imports {target}")
+    assert bad == []
+
+
+def test_config_imports_no_source() -> None:
+    assert not [m for m, _, _ in imports(MODULES["exporter.config"]) if "sources" in m]
+
+
+def test_each_vendor_library_is_imported_in_one_module() -> None:
+    where: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        for module, names, _ in imports(path):
+            imported = [module] + [f"{module}.{n}" for n in names]
+            for vendor in VENDORS:
+                if any(m == vendor or m.startswith(vendor + ".") for m in imported):
+                    where.setdefault(vendor, set()).add(name)
+    assert {v: sorted(ms) for v, ms in where.items() if len(ms) > 1} == {}
+    assert where["asyncssh"] == {"exporter.sources.ssh"}
+    assert where["yaml"] == {"exporter.config"}
+
+
+def private_uses(path: Path) -> list[str]:
+    """Names with a leading underscore taken from another exporter module."""
+    bad = []
+    for module, names, line in imports(path):
+        if module.startswith("exporter"):
+            bad += [
+                f"{path.name}:{line}: {module}.{n}"
+                for n in names
+                if n.startswith("_") and not n.startswith("__") and f"{module}.{n}" not in LEVEL
+            ]
+    tree = ast.parse(path.read_text())
+    aliases = {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("exporter")
+        for a in n.names
+    }
+    aliases |= {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import)
+        for a in n.names
+        if a.name.startswith("exporter")
+    }
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            bad.append(f"{path.name}:{node.lineno}: {node.value.id}.{node.attr}")
+    return bad
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(
+        [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
+    ),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_no_private_name_is_used_outside_its_module(path: Path) -> None:
+    assert private_uses(path) == []
