@@ -16,7 +16,8 @@ Three figures per size:
   its own regex and datetime parsing give for the same lines (fetching and parsing not timed);
 - ours (accounting): `Accounting.add` for every interval, `advance_to(until)`, `snapshot()`
   (building the Interval objects not timed);
-- ours (report): `report.build` over `read_dump` streams of the dump files, then `to_text`:
+- ours (report): `report` over the dump files (each read through the report's own reader),
+  then `to_text`:
   reading, parsing, accounting and formatting, end to end.
 
 Where the seed runs too, the script checks that both compute the same thing: counts and busy
@@ -34,13 +35,11 @@ import argparse
 import gc
 import math
 import random
-import re
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -48,7 +47,18 @@ from exporter import report
 from exporter.accounting import SECOND, Accounting, Snapshot
 from exporter.kinds import Kinds, split_rules
 from exporter.logline import Interval
-from exporter.sources.dump import read_dump
+
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # support/, shared
+from support.dumps import report_of_dumps
+from support.seed import (
+    Progress,
+    SeedRequest,
+    SeedRun,
+    seed_fetch,
+    seed_median,
+    seed_timeline,
+    seed_window,
+)
 
 NODES = ("node0", "node1", "node2")
 SPLIT_TOKENS = 600
@@ -59,12 +69,6 @@ PIDS = (4711, 5012, 5313)
 DEFAULT_SIZES = (1_000, 3_000, 10_000, 100_000, 1_000_000)
 QUICK_SIZES = (1_000, 3_000, 100_000)
 SEED_MAX = 10_000  # largest size the seed's port runs at by default
-
-# The seed's own line pattern (timeline.py).
-SEED_LINE = re.compile(r"^(\S+)\s.*total time =\s+([\d.]+) ms /\s+(\d+) tokens")
-
-SeedRequest = tuple[float, float, int]  # (start, end, tokens), as the seed's fetch() returns
-Progress = Callable[[float, float], None]
 
 
 # -- the workload ---------------------------------------------------------------------------
@@ -166,18 +170,7 @@ def write_dumps(w: Workload, directory: Path) -> tuple[dict[str, Path], int]:
 
 def seed_inputs(paths: dict[str, Path]) -> dict[str, list[SeedRequest]]:
     """The (start, end, tokens) float tuples the seed's fetch() makes of the same lines."""
-    nodes: dict[str, list[SeedRequest]] = {}
-    for node, path in paths.items():
-        out: list[SeedRequest] = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            m = SEED_LINE.match(line)
-            if not m:
-                continue
-            end = datetime.fromisoformat(m.group(1).replace("+0000", "+00:00"))
-            dur = float(m.group(2)) / 1000.0
-            out.append((end.timestamp() - dur, end.timestamp(), int(m.group(3))))
-        nodes[node] = out
-    return nodes
+    return {node: seed_fetch(path.read_text(encoding="utf-8")) for node, path in paths.items()}
 
 
 def intervals(w: Workload) -> list[Interval]:
@@ -187,109 +180,6 @@ def intervals(w: Workload) -> list[Interval]:
         for i, (node, reqs) in enumerate(w.nodes.items())
         for r in reqs
     ]
-
-
-# -- the seed's algorithm (timeline.py's main() after fetching) -----------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SeedResult:
-    text: str
-    requests: dict[str, tuple[int, int, int]]  # node -> (all, extraction, reconcile)
-    busy: dict[str, float]  # node -> sum of durations
-    hist: list[float]  # seconds with k requests running (capped at 3)
-    kinds: dict[str, float]  # extract-only, reconcile-only, mixed
-    ext_s: float
-    rec_s: float
-    ext_median: float
-    rec_median: float | None
-
-
-def seed_timeline(
-    nodes: dict[str, list[SeedRequest]],
-    t0: float,
-    t1: float,
-    split_tokens: int,
-    progress: Progress | None = None,
-) -> SeedResult:
-    """timeline.py's computation, statement for statement; printing goes to a list instead."""
-    out: list[str] = []
-    requests: dict[str, tuple[int, int, int]] = {}
-    busy_by_node: dict[str, float] = {}
-    wall = t1 - t0
-
-    out.append(f"window {wall / 60:.1f} min\n")
-    out.append("  node    requests  extract  reconcile  busy time   busy %")
-    for name, reqs in nodes.items():
-        ext = [r for r in reqs if r[2] >= split_tokens]
-        rec = [r for r in reqs if r[2] < split_tokens]
-        busy = sum(e - s for s, e, _ in reqs)
-        out.append(
-            f"  {name}  {len(reqs):8d} {len(ext):8d} {len(rec):10d} "
-            f"{busy / 60:7.1f} min {100 * busy / wall:7.1f}%"
-        )
-        requests[name] = (len(reqs), len(ext), len(rec))
-        busy_by_node[name] = busy
-
-    # Concurrency over time, sampled every 0.5 s.
-    step = STEP
-    hist = [0.0, 0.0, 0.0, 0.0]
-    kinds = {"extract-only": 0.0, "reconcile-only": 0.0, "mixed": 0.0}
-    t = t0
-    steps = 0
-    while t < t1:
-        active = [r for reqs in nodes.values() for r in reqs if r[0] <= t < r[1]]
-        hist[min(len(active), 3)] += step
-        if active:
-            ext_on = any(r[2] >= split_tokens for r in active)
-            rec_on = any(r[2] < split_tokens for r in active)
-            kinds[
-                "mixed" if ext_on and rec_on else "extract-only" if ext_on else "reconcile-only"
-            ] += step
-        t += step
-        steps += 1
-        if progress is not None and not steps & 0x1FFF:
-            progress(t - t0, wall)
-
-    out.append("\n  nodes working at once    share of wall time")
-    for k, v in enumerate(hist):
-        bar = "#" * int(round(40 * v / wall))  # noqa: RUF046 (verbatim)
-        out.append(f"        {k}                {100 * v / wall:5.1f}%  {v / 60:5.1f} min  {bar}")
-
-    all_reqs = [r for reqs in nodes.values() for r in reqs]
-    ext = [r for r in all_reqs if r[2] >= split_tokens]
-    rec = [r for r in all_reqs if r[2] < split_tokens]
-    ext_s = sum(e - s for s, e, _ in ext)
-    rec_s = sum(e - s for s, e, _ in rec)
-    ext_median = sorted(e - s for s, e, _ in ext)[len(ext) // 2]
-    out.append(
-        f"\n  extraction: {len(ext)} calls, {ext_s / 60:.1f} node-min, median {ext_median:.1f} s"
-    )
-    rec_median = None
-    if rec:
-        rec_median = sorted(e - s for s, e, _ in rec)[len(rec) // 2]
-        out.append(
-            f"  reconcile:  {len(rec)} calls, {rec_s / 60:.1f} node-min, median {rec_median:.1f} s"
-        )
-    out.append(f"  wall time with only reconcile running: {kinds['reconcile-only'] / 60:.1f} min")
-
-    ideal = (ext_s + rec_s) / 3
-    out.append(
-        f"\n  total node-work {(ext_s + rec_s) / 60:.1f} node-min; "
-        f"spread perfectly over 3 nodes that is {ideal / 60:.1f} min "
-        f"against {wall / 60:.1f} min actual"
-    )
-    return SeedResult(
-        "\n".join(out) + "\n",
-        requests,
-        busy_by_node,
-        hist,
-        kinds,
-        ext_s,
-        rec_s,
-        ext_median,
-        rec_median,
-    )
 
 
 # -- ours -----------------------------------------------------------------------------------
@@ -304,8 +194,7 @@ def ours_accounting(ivs: Sequence[Interval], since_us: int, until_us: int) -> Sn
 
 
 def ours_report(paths: dict[str, Path], since_us: int, until_us: int) -> tuple[report.Report, str]:
-    streams = {node: read_dump(path, node) for node, path in paths.items()}
-    r = report.build(streams, KINDS, since_us, until_us)
+    r = report_of_dumps(paths, KINDS, since_us, until_us)
     return r, report.to_text(r)
 
 
@@ -380,7 +269,7 @@ class Agreement:
 
 
 def agreement(
-    seed: SeedResult,
+    seed: SeedRun,
     nodes: dict[str, list[SeedRequest]],
     t0: float,
     t1: float,
@@ -401,10 +290,15 @@ def agreement(
         if got != (total, ext, rec):
             problems.append(f"{name}: requests {got} != seed {(total, ext, rec)}")
     busy_diff = max(abs(seed.busy[n.name] - n.busy_us / SECOND) for n in snap.nodes)
-    medians = [(seed.ext_median, report.median_us(ours.durations_us["extraction"]))]
-    if seed.rec_median is not None:
-        medians.append((seed.rec_median, report.median_us(ours.durations_us["reconcile"])))
-    median_diff = max(math.inf if o is None else abs(s - o / SECOND) for s, o in medians)
+    medians = [
+        (seed_median(reqs), report.median_us(ours.durations_us[kind]))
+        for kind, reqs in (("extraction", seed.ext), ("reconcile", seed.rec))
+        if reqs
+    ]
+    median_diff = max(
+        (math.inf if s is None or o is None else abs(s - o / SECOND) for s, o in medians),
+        default=math.inf,
+    )
     for label, s, o in (
         ("extraction", seed.ext_s, sum(n.kinds["extraction"].request_us for n in snap.nodes)),
         ("reconcile", seed.rec_s, sum(n.kinds["reconcile"].request_us for n in snap.nodes)),
@@ -514,8 +408,7 @@ def run_size(n: int, *, run_seed: bool, repeat: int, random_seed: int) -> Row:
         agree: Agreement | None = None
         if run_seed:
             nodes = seed_inputs(paths)
-            t0 = datetime.fromisoformat(_iso(w.since_us)).timestamp()
-            t1 = datetime.fromisoformat(_iso(w.until_us)).timestamp()
+            t0, t1 = seed_window(seed_time(w.since_us), seed_time(w.until_us))
             print(f"[{n:,} requests] seed: sampling every {STEP} s", file=log, flush=True)
             gc.collect()
             start = time.perf_counter()
@@ -530,10 +423,10 @@ def run_size(n: int, *, run_seed: bool, repeat: int, random_seed: int) -> Row:
     )
 
 
-def _iso(us: int) -> str:
-    """The window bound as the seed takes it: ISO text, UTC."""
+def seed_time(us: int) -> str:
+    """The window bound as the seed's --since and --until take it: ISO text (UTC)."""
     sec, frac = divmod(us, SECOND)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + f".{frac:06d}+00:00"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + f".{frac:06d}"
 
 
 def table(rows: Sequence[Row]) -> str:

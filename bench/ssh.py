@@ -7,18 +7,20 @@
 
 A server process (this file, `--serve`) runs `--nodes` asyncssh servers on 127.0.0.1 (port 0
 each, one generated ed25519 host key, one generated client key authorised), each emulating
-`journalctl` for its node: the command is parsed with shlex (-u, -o json, --no-pager, --all, -n N,
---cursor, --after-cursor, --since @S, --follow, --no-tail, --output-fields=..., --grep PATTERN,
---directory); probes (`-n 0 ...`) exit 0, or with `--old` the options systemd 219 lacks
-(--output-fields, --grep) are refused with exit 1. Each node's journal is deterministic
+`journalctl` for its node with the tests' fake (tests/support/fake_journalctl.py: the command
+parsed with shlex, -u, -o json, --no-pager, --all, -n N, --cursor, --after-cursor, --since @S,
+--until @S, --follow, --no-tail, --output-fields=..., --grep PATTERN, --directory); with `--old`
+the options systemd 219 lacks (--output-fields, --grep) are refused with exit 1 and the JSON is
+pretty-spaced as it printed it. Each node's journal is deterministic
 (`random.Random`): one request a second, one at a time, each 10 entries: its launch line, the
 era-D timing block (prompt eval, eval, total), its release line and 5 lines without a parser
 keyword (params, health polls, idle, POST). Every JSON entry has journald's usual fields
 (__CURSOR, __REALTIME_TIMESTAMP, __MONOTONIC_TIMESTAMP, _BOOT_ID, _PID, _UID, _GID, _COMM, _EXE,
 _CMDLINE, _SYSTEMD_UNIT, _SYSTEMD_CGROUP, _TRANSPORT, SYSLOG_IDENTIFIER, PRIORITY, _HOSTNAME,
-MESSAGE); --output-fields keeps only the named ones (and the four journalctl always prints) and
---grep only the entries whose MESSAGE matches, so the bytes sent differ. The server counts, per
-follow stream, the bytes written and what the full entries would have been.
+MESSAGE), generated as the clock reaches them; --output-fields keeps only the named ones (and the
+four journalctl always prints) and --grep only the entries whose MESSAGE matches, so the bytes
+sent differ. The server counts, per follow stream, the bytes written and what the full entries
+would have been.
 
 The exporter runs as its own process (`python -m exporter run --config CFG`, `--nodes` ssh
 nodes, known_hosts with every `[127.0.0.1]:PORT`, the generated client key, state in a temporary
@@ -41,34 +43,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
 import io
 import json
 import os
 import pstats
 import random
-import re
-import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
-import asyncssh
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # support/, shared
+from support.daemon_process import DaemonProcess, run_command
+from support.fake_journalctl import FakeNode, Item, Keys, Refused
+from support.scrape import Scrape, scrape, total
+from support.tools import poll
 
 SECOND = 1_000_000
 UNIT = "sm-llm.service"
 ENTRIES_PER_REQUEST = 10
-TOTAL_ENTRY = 5  # the index of the `total time` entry in a request
-ALWAYS = ("__CURSOR", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID")
 GOAL_CPU = 20.0  # % of one core
 GOAL_RSS = 300.0  # MB
 GOAL_SCRAPE = 50.0  # ms, p99
@@ -76,7 +74,6 @@ SCRAPE_EVERY = 0.5  # s, in the scrape window
 SCRAPES = 100
 PROMETHEUS_EVERY = 15.0  # s, in the ingest window
 WARMUP = 5.0  # s
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # -- the emulated journal (server side) -----------------------------------------------------
@@ -87,15 +84,6 @@ class Entry:
     seq: int
     time_us: int
     message: str
-
-
-@dataclass
-class Stats:
-    streams: int = 0
-    probes: int = 0
-    sent: int = 0  # bytes written to follow streams
-    full: int = 0  # bytes the same entries would have taken without the filters
-    requests: int = 0  # `total time` entries sent to follow streams
 
 
 class NodeJournal:
@@ -110,7 +98,6 @@ class NodeJournal:
         self.pid = str(4000 + rng.randrange(1000))
         self.task0 = rng.randrange(100, 5000)
         self.boot_us = t0_us - 86_400 * SECOND
-        self.stats = Stats()
         self._cache: tuple[int, list[Entry]] = (-1, [])
 
     def request(self, r: int) -> list[Entry]:
@@ -164,18 +151,25 @@ class NodeJournal:
     def entry(self, seq: int) -> Entry:
         return self.request(seq // ENTRIES_PER_REQUEST)[seq % ENTRIES_PER_REQUEST]
 
-    def first_at(self, time_us: int) -> int:
-        """The first entry at or after time_us."""
-        r = max(0, (time_us - self.t0) // SECOND - 1)
-        seq = r * ENTRIES_PER_REQUEST
-        while self.entry(seq).time_us < time_us:
-            seq += 1
-        return seq
+    # the fake journalctl's Journal
 
-    def newest(self, now_us: int) -> int:
-        """The newest entry at or before now_us, or -1."""
-        seq = self.first_at(now_us + 1) - 1
-        return seq if seq >= 0 and self.entry(seq).time_us <= now_us else -1
+    def find(self, cursor: str) -> int:
+        for part in cursor.split(";"):
+            key, _, value = part.partition("=")
+            if key == "i":
+                return int(value, 16) - 1
+        raise Refused("Failed to parse cursor")
+
+    def read(self, start: int, now_us: int) -> Sequence[Item]:
+        out = []
+        seq = start
+        while (e := self.entry(seq)).time_us <= now_us:
+            out.append(Item(self.record(e)))
+            seq += 1
+        return out
+
+    def due_us(self, index: int) -> int | None:
+        return self.entry(index).time_us
 
     def cursor(self, e: Entry) -> str:
         return (
@@ -206,186 +200,26 @@ class NodeJournal:
         }
 
 
-def render(rec: dict[str, str]) -> bytes:
-    return (json.dumps(rec, separators=(", ", " : ")) + "\n").encode()
-
-
-@dataclass
-class Query:
-    n: int | None = None
-    cursor: str | None = None
-    after_cursor: str | None = None
-    since: int | None = None
-    follow: bool = False
-    fields: tuple[str, ...] | None = None
-    grep: re.Pattern[str] | None = None
-    filtered: bool = False
-
-
-class Refused(Exception):
-    pass
-
-
-def parse_command(command: str, old: bool) -> Query:
-    q = Query()
-    args = iter(shlex.split(command))
-    if next(args, None) != "journalctl":
-        raise Refused("only journalctl here")
-    for a in args:
-        if a in ("--no-pager", "--no-tail", "--all"):
-            continue
-        if a in ("-u", "-o", "--directory"):
-            value = next(args, "")
-            if a == "-o" and value != "json":
-                raise Refused(f"output {value!r} not emulated")
-        elif a == "-n":
-            q.n = int(next(args, "0"))
-        elif a == "--cursor":
-            q.cursor = next(args, "")
-        elif a == "--after-cursor":
-            q.after_cursor = next(args, "")
-        elif a == "--since":
-            q.since = int(next(args, "@0").lstrip("@")) * SECOND
-        elif a == "--follow":
-            q.follow = True
-        elif a.startswith("--output-fields=") and not old:
-            q.fields = tuple(a.partition("=")[2].split(","))
-            q.filtered = True
-        elif a == "--grep" and not old:
-            pattern = next(args, "")
-            flags = 0 if any(c.isupper() for c in pattern) else re.IGNORECASE
-            q.grep = re.compile(pattern, flags)
-            q.filtered = True
-        else:
-            raise Refused(f"unrecognized option '{a}'")
-    return q
-
-
-def seq_of(cursor: str) -> int:
-    for part in cursor.split(";"):
-        key, _, value = part.partition("=")
-        if key == "i":
-            return int(value, 16) - 1
-    raise Refused("Failed to parse cursor")
-
-
-class Emulator:
-    def __init__(self, journal: NodeJournal, old: bool) -> None:
-        self.journal = journal
-        self.old = old
-
-    def keep(self, q: Query, e: Entry) -> bool:
-        return q.grep is None or q.grep.search(e.message) is not None
-
-    def out(self, q: Query, e: Entry) -> tuple[bytes, bytes]:
-        rec = self.journal.record(e)
-        full = render(rec)
-        if q.fields is None:
-            return full, full
-        keep = set(q.fields) | set(ALWAYS)
-        return render({k: v for k, v in rec.items() if k in keep}), full
-
-    async def handle(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
-        stats = self.journal.stats
-        try:
-            q = parse_command(process.command or "", self.old)
-        except (Refused, ValueError) as refused:
-            process.stderr.write(f"journalctl: {refused}\n".encode())
-            process.exit(1)
-            return
-        now = int(time.time() * SECOND)
-        j = self.journal
-        if q.n is not None and not q.follow:  # -n N: the newest N under the filters
-            stats.probes += 1
-            chosen: list[bytes] = []
-            seq = j.newest(now)
-            while seq >= 0 and len(chosen) < q.n:
-                newest = j.entry(seq)
-                if self.keep(q, newest):
-                    chosen.append(self.out(q, newest)[0])
-                seq -= 1
-            process.stdout.write(b"".join(reversed(chosen)))
-            process.exit(0)
-            return
-        if q.cursor is not None:
-            seq = seq_of(q.cursor)
-        elif q.after_cursor is not None:
-            seq = seq_of(q.after_cursor) + 1
-        elif q.since is not None:
-            seq = j.first_at(q.since)
-        else:
-            seq = 0
-        if q.follow:
-            stats.streams += 1
-        try:
-            while True:
-                now = int(time.time() * SECOND)
-                chunk: list[bytes] = []
-                while j.entry(seq).time_us <= now:
-                    entry = j.entry(seq)
-                    if self.keep(q, entry):
-                        sent, full = self.out(q, entry)
-                        chunk.append(sent)
-                        if q.follow:
-                            stats.sent += len(sent)
-                            if seq % ENTRIES_PER_REQUEST == TOTAL_ENTRY:
-                                stats.requests += 1
-                    elif q.follow:
-                        full = render(j.record(entry))
-                    if q.follow:
-                        stats.full += len(full)
-                    seq += 1
-                if chunk:
-                    process.stdout.write(b"".join(chunk))
-                    await process.stdout.drain()
-                if not q.follow:
-                    process.exit(0)
-                    return
-                if process.channel.is_closing():
-                    return
-                wait = (j.entry(seq).time_us - int(time.time() * SECOND)) / SECOND
-                await asyncio.sleep(max(wait, 0.001))
-        except (OSError, asyncssh.Error):
-            return
-
-
 async def serve(nodes: int, directory: Path, old: bool) -> None:
-    host_key = asyncssh.read_private_key(directory / "host_key")
+    keys = Keys.read(directory)
+    authorized = keys.authorized()
     t0 = int(time.time()) * SECOND
     journals = [NodeJournal(i, t0) for i in range(nodes)]
-    servers = []
-    for j in journals:
-        emulator = Emulator(j, old)
-        server = await asyncssh.listen(
-            "127.0.0.1",
-            0,
-            server_host_keys=[host_key],
-            authorized_client_keys=str(directory / "authorized_keys"),
-            process_factory=emulator.handle,
-            encoding=None,
-            allow_scp=False,
-        )
-        servers.append(server)
-    ports = [s.sockets[0].getsockname()[1] for s in servers]
+    fakes = [FakeNode(j, old=old) for j in journals]
+    ports = [await f.listen(keys, authorized) for f in fakes]
     print(json.dumps({"ports": ports, "names": [j.name for j in journals]}), flush=True)
     while True:  # one JSON line of stats per line read; end on EOF
         line = await asyncio.to_thread(sys.stdin.readline)
         if not line:
             break
-        print(json.dumps({j.name: vars(j.stats) for j in journals}), flush=True)
-    for s in servers:
-        s.close()
+        stats = {j.name: f.stats.counts() for j, f in zip(journals, fakes, strict=True)}
+        print(json.dumps(stats), flush=True)
+    for f in fakes:
+        if f.acceptor is not None:
+            f.acceptor.close()
 
 
 # -- the measurement (client side) ----------------------------------------------------------
-
-
-@dataclass
-class Scrape:
-    up: float = 0.0
-    requests: float = 0.0
-    parse_errors: float = 0.0
-    seconds: float = 0.0
 
 
 @dataclass
@@ -406,24 +240,12 @@ class Result:
     bytes_full: float = 0.0
 
 
-def scrape(url: str) -> Scrape:
-    """One scrape as Prometheus makes it (gzip accepted); its latency covers the body read."""
-    t = time.perf_counter()
-    request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
-    with urllib.request.urlopen(request, timeout=10) as r:
-        body: bytes = r.read()
-        zipped = r.headers.get("Content-Encoding") == "gzip"
-    s = Scrape(seconds=time.perf_counter() - t)
-    text = (gzip.decompress(body) if zipped else body).decode()
-    for line in text.splitlines():
-        name, _, value = line.rpartition(" ")
-        if name.startswith("smllm_source_up{"):
-            s.up += float(value)
-        elif name.startswith("smllm_requests_total{") or name == "smllm_requests_total":
-            s.requests += float(value)
-        elif name.startswith("smllm_parse_errors_total{"):
-            s.parse_errors += float(value)
-    return s
+def up(s: Scrape) -> float:
+    return total(s.samples, "smllm_source_up")
+
+
+def requests(s: Scrape) -> float:
+    return total(s.samples, "smllm_requests_total")
 
 
 def cpu_ticks(pid: int) -> int:
@@ -436,23 +258,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def write_keys(directory: Path) -> None:
-    host = asyncssh.generate_private_key("ssh-ed25519")
-    client = asyncssh.generate_private_key("ssh-ed25519")
-    host.write_private_key(directory / "host_key")
-    host.write_public_key(directory / "host_key.pub")
-    client.write_private_key(directory / "client_key")
-    client.write_public_key(directory / "authorized_keys")
-    os.chmod(directory / "client_key", 0o600)
 
 
 def server_stats(server: subprocess.Popen[str]) -> dict[str, dict[str, int]]:
@@ -468,22 +273,19 @@ def totals(stats: dict[str, dict[str, int]], key: str) -> int:
 
 
 def measure(args: argparse.Namespace, directory: Path) -> Result:
-    write_keys(directory)
+    keys = Keys.generate()
+    keys.write(directory)
     command = [sys.executable, __file__, "--serve", "--nodes", str(args.nodes), "--dir"]
     command += [str(directory), *(["--old"] if args.old else [])]
     server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    exporter: subprocess.Popen[bytes] | None = None
-    log: IO[bytes] | None = None
+    profile = directory / "exporter.prof"
+    exporter: DaemonProcess | None = None
     try:
         assert server.stdout is not None
         hello = json.loads(server.stdout.readline())
         ports: list[int] = hello["ports"]
         names: list[str] = hello["names"]
-        host_pub = (directory / "host_key.pub").read_text().split()[:2]
-        (directory / "known_hosts").write_text(
-            "".join(f"[127.0.0.1]:{p} {' '.join(host_pub)}\n" for p in ports)
-        )
-        listen = free_port()
+        known_hosts = keys.known_hosts(directory / "known_hosts", ports)
         rows = [
             {
                 "name": name,
@@ -492,45 +294,30 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
                 "port": port,
                 "user": "bench",
                 "unit": UNIT,
-                "known_hosts": str(directory / "known_hosts"),
+                "known_hosts": str(known_hosts),
                 "client_keys": [str(directory / "client_key")],
             }
             for name, port in zip(names, ports, strict=True)
         ]
-        cfg = directory / "config.yaml"
-        cfg.write_text(
-            json.dumps(
-                {
-                    "listen": f"127.0.0.1:{listen}",
-                    "state_dir": str(directory / "state"),
-                    "nodes": rows,
-                }
-            )
+
+        def profiled_run(config: Path) -> list[str]:
+            """This file, profiling the exporter's event loop over the ingest window."""
+            return [sys.executable, __file__, "--profiled", str(profile), "--config", str(config)]
+
+        exporter = DaemonProcess(
+            directory / "exporter",
+            {"state_dir": str(directory / "state"), "nodes": rows},
+            command=profiled_run if args.profile else run_command,
         )
-        log = (directory / "exporter.log").open("wb")
-        profile = directory / "exporter.prof"
-        command = [sys.executable, "-m", "exporter", "run", "--config", str(cfg)]
-        if args.profile:  # this file, profiling the exporter's event loop over the ingest window
-            command = [sys.executable, __file__, "--profiled", str(profile), "--config", str(cfg)]
-        exporter = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{listen}/metrics"
-        deadline = time.monotonic() + 60 + args.nodes * 0.5
-        up = 0.0
-        while time.monotonic() < deadline:
-            if exporter.poll() is not None:
-                tail = (directory / "exporter.log").read_text(errors="replace")[-3000:]
-                raise SystemExit(f"the exporter ended ({exporter.returncode}):\n{tail}")
-            try:
-                up = scrape(url).up
-            except OSError:
-                up = 0.0
-            if up >= args.nodes:
-                break
-            time.sleep(0.5)
-        print(f"sources up: {up:.0f}/{args.nodes}; warming up {WARMUP:.0f} s", file=sys.stderr)
-        if up < args.nodes:  # the table will say FAIL; the exporter's log says why
-            lines = (directory / "exporter.log").read_text(errors="replace").splitlines()
-            print("\n".join(lines[-20:]), file=sys.stderr)
+        exporter.start(60 + args.nodes * 0.5)
+        url = exporter.url + "/metrics"
+        every_up = poll(lambda: up(scrape(url)) >= args.nodes, 60 + args.nodes * 0.5, 0.5)
+        print(
+            f"sources up: {up(scrape(url)):.0f}/{args.nodes}; warming up {WARMUP:.0f} s",
+            file=sys.stderr,
+        )
+        if not every_up:  # the table will say FAIL; the exporter's log says why
+            print("\n".join(exporter.log_text().splitlines()[-20:]), file=sys.stderr)
         time.sleep(WARMUP)
         pid = exporter.pid
         hz = os.sysconf("SC_CLK_TCK")
@@ -538,11 +325,11 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
         first = scrape(url)
         stats0 = server_stats(server)
         if args.profile:
-            exporter.send_signal(signal.SIGUSR1)
+            os.kill(pid, signal.SIGUSR1)
         ticks0, t0 = cpu_ticks(pid), time.monotonic()
         server_ticks0 = cpu_ticks(server.pid)
         peak = rss_mb(pid)
-        last, next_scrape = first, t0 + PROMETHEUS_EVERY
+        next_scrape = t0 + PROMETHEUS_EVERY
         while (now := time.monotonic()) < t0 + args.seconds:
             time.sleep(min(SCRAPE_EVERY, t0 + args.seconds - now))
             peak = max(peak, rss_mb(pid))
@@ -552,7 +339,7 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
         last = scrape(url)
         ticks1, t1 = cpu_ticks(pid), time.monotonic()
         if args.profile:
-            exporter.send_signal(signal.SIGUSR2)
+            os.kill(pid, signal.SIGUSR2)
         server_ticks1 = cpu_ticks(server.pid)
         stats1 = server_stats(server)
         window = t1 - t0
@@ -575,26 +362,19 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
             load=os.getloadavg()[0],
             rss_mb=peak,
             latencies_ms=latencies,
-            rate=(last.requests - first.requests) / window,
+            rate=(requests(last) - requests(first)) / window,
             sent_rate=sent_requests / window,
-            up=last.up,
-            parse_errors=last.parse_errors,
+            up=up(last),
+            parse_errors=total(last.samples, "smllm_parse_errors_total"),
             bytes_sent=(totals(stats1, "sent") - totals(stats0, "sent")) / per,
             bytes_full=(totals(stats1, "full") - totals(stats0, "full")) / per,
         )
     finally:
         if exporter is not None:
-            exporter.send_signal(signal.SIGTERM)
-            try:
-                exporter.wait(20)
-            except subprocess.TimeoutExpired:
-                exporter.kill()
-                exporter.wait()
-        if log is not None:
-            log.close()
-        if args.profile and (directory / "exporter.prof").exists():
+            exporter.close(grace=20)
+        if args.profile and profile.exists():
             out = io.StringIO()
-            stats = pstats.Stats(str(directory / "exporter.prof"), stream=out)
+            stats = pstats.Stats(str(profile), stream=out)
             stats.sort_stats("tottime").print_stats(30)
             stats.sort_stats("cumulative").print_stats(40)
             print(out.getvalue())

@@ -188,7 +188,7 @@ class Daemon:
         finally:  # cancelled: a last checkpoint of everything applied (after the one being
             # written, if any: Checkpoint.write takes its lock)
             try:
-                self.checkpoint.write(self._state())
+                self.checkpoint.write(self.state())
             except OSError as e:
                 log.error("final checkpoint %s failed: %s", self.checkpoint.path, e)
 
@@ -276,7 +276,8 @@ class Daemon:
 
     # -- checkpoint, then publish --------------------------------------------------------------
 
-    def _state(self) -> bytes:
+    def state(self) -> bytes:
+        """Everything to resume from, as the checkpoint holds it (encoded)."""
         return Checkpoint.encode(self._state_values())
 
     def _state_values(self) -> dict[str, Any]:

@@ -1,24 +1,22 @@
 """What the SSH source's two test modules (test_ssh, test_ssh_faults) share: nodes and daemons on
-127.0.0.1, the clock, waiting for the served figures to be right, and counting requests.
+127.0.0.1, the clock in whole seconds, and counting requests.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-from test_journal_source import UNIT, iso
+from test_journal_source import UNIT
 
 from exporter.accounting import SECOND
 from exporter.config import Config, SshNode
 from exporter.kinds import DEFAULT_RULES, Kinds
+from exporter.times import iso
 
-from conftest import Samples
+from support.scrape import Samples, total
 
-REPO = Path(__file__).resolve().parent.parent
 KINDS = Kinds(DEFAULT_RULES)
 MINUTE = 60 * SECOND
 
@@ -53,26 +51,9 @@ def local_config(tmp_path: Path, since_us: int, *nodes: SshNode) -> Config:
 
 
 def now_us() -> int:
+    """The clock in whole seconds (as a config's `since` gives them)."""
     return int(time.time()) * SECOND
 
 
-def until_right(
-    check: Callable[[], list[str]], timeout: float, what: str, pause: float = 0.1
-) -> None:
-    """Wait until `check` finds no problem (`pause` seconds between checks); fail with the last
-    ones it found."""
-    deadline = time.monotonic() + timeout
-    problems = check()
-    while problems and time.monotonic() < deadline:
-        time.sleep(pause)
-        problems = check()
-    if problems:
-        pytest.fail(f"{what}: still wrong after {timeout} s: {problems[:8]}")
-
-
 def requests(samples: Samples, node: str = "a") -> float:
-    return sum(
-        v
-        for (n, labels), v in samples.items()
-        if n == "smllm_requests_total" and ("node", node) in labels
-    )
+    return total(samples, "smllm_requests_total", node=node)

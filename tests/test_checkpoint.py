@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_daemon import END, SINCE, START, DaemonThread, config_for, write_dumps
+from test_daemon import END, SINCE, START, config_for, write_dumps
 
 from exporter.accounting import (
     DEFAULT_BUCKETS_S,
@@ -37,7 +37,9 @@ from exporter.demo import NODES, node_lines, short_iso
 from exporter.kinds import DEFAULT_RULES, KindRule, Kinds, split_rules
 from exporter.logline import Event, EventKind, Interval
 
-from conftest import IN_CI, Samples, parse_metrics, sample, wait_for
+from support.daemon_thread import DaemonThread
+from support.scrape import Samples, parse_metrics, sample
+from support.tools import IN_CI, wait_for
 
 # -- helpers --------------------------------------------------------------------------------------
 
@@ -777,7 +779,7 @@ def test_the_daemon_resumes_across_a_config_change(
     d1.positions.update(node0="1:2:300", node1="1:3:400")
     d1.parsers["node1"].pid = 4242
     d1.checkpoint_errors = 3
-    d1.checkpoint.write(d1._state())
+    d1.checkpoint.write(d1.state())
 
     clock.advance(600)  # restarted ten minutes later, with another config
     cfg2 = change(cfg1)
@@ -879,7 +881,7 @@ def test_resume_refuses_an_unusable_checkpoint(
     caplog.set_level(logging.INFO)
     clock = ManualClock(END_S)
     cfg = config_for({n: tmp_path / f"{n}.log" for n in NODES})
-    valid = Daemon(cfg, clock=clock)._state()
+    valid = Daemon(cfg, clock=clock).state()
     bad = make(valid)
     cp = Checkpoint(cfg.state_dir)
     cp.write(bad)

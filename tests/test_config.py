@@ -25,10 +25,10 @@ from exporter import daemon, sources
 from exporter.accounting import DEFAULT_BUCKETS_S
 from exporter.cli import SERVICE_CREDENTIALS, main
 from exporter.config import (
+    ALL_SOURCES,
     KIND_KEYS,
     NODE_KEYS,
     TOP_KEYS,
-    ALL_SOURCES,
     Config,
     ConfigError,
     FileNode,

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from support.dumps import report_of_dumps
 
 from exporter import __version__
 from exporter.accounting import SECOND, Accounting, Snapshot
@@ -44,6 +43,8 @@ from conftest import (
     sample,
     wait_for,
 )
+from support.daemon_thread import DaemonThread
+from support.dumps import report_of_dumps
 
 REPO = Path(__file__).resolve().parent.parent
 START = 1_790_000_000 * SECOND  # the dumps' window: two hours, long past
@@ -109,49 +110,6 @@ def config_for(paths: dict[str, Path]) -> Config:
         since=SINCE,
         nodes=tuple(FileNode(n, p) for n, p in paths.items()),
     )
-
-
-class DaemonThread:
-    """A Daemon on its own event loop in a thread, stopped by cancelling its task."""
-
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-        self.error: BaseException | None = None
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
-        try:
-            await self.daemon.run()
-        except asyncio.CancelledError:
-            pass
-        except BaseException as e:
-            self.error = e
-
-    def __enter__(self) -> DaemonThread:
-        self._thread.start()
-        wait_for(lambda: self.daemon.address, 10, "the daemon to bind")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None and self._task is not None
-        self._loop.call_soon_threadsafe(self._task.cancel)
-        self._thread.join(10)
-        assert not self._thread.is_alive(), "the daemon did not stop on cancellation"
-        assert self.error is None, self.error
-
-    @property
-    def url(self) -> str:
-        assert self.daemon.address is not None
-        return f"http://127.0.0.1:{self.daemon.address[1]}"
-
-    def metrics(self) -> str:
-        status, body, _ = http_get(self.url + "/metrics")
-        assert status == 200
-        return body.decode()
 
 
 @pytest.fixture
@@ -243,10 +201,17 @@ def test_a_failing_source_never_stops_the_others(dumps: dict[str, Path], tmp_pat
 def test_daemon_figures_equal_the_report(dumps: dict[str, Path]) -> None:
     """The live pipeline and the one-shot report agree on the same lines, to the microsecond."""
     cfg = config_for(dumps)
+
+    def read_and_accounted(d: DaemonThread) -> Samples | None:
+        """Every line read, and the watermark past the last (caught up and idle: now - 2 s,
+        from the tick after the last batch)."""
+        samples = caught_up(d, dumps)
+        accounted = samples and sample(samples, "smllm_accounted_until_timestamp_seconds")
+        return samples if accounted and accounted * SECOND > END else None
+
     with DaemonThread(Daemon(cfg, publish_seconds=0.1)) as d:
-        samples = wait_for(lambda: caught_up(d, dumps), 20, "every line read")
+        samples = wait_for(lambda: read_and_accounted(d), 20, "every line read and accounted")
     watermark = round(sample(samples, "smllm_accounted_until_timestamp_seconds") * SECOND)  # type: ignore[operator]
-    assert watermark > END  # caught up and idle: now - 2 s
     r = report_of_dumps(dumps, cfg.kinds, START, watermark)
     snap = r.snapshot
     for k, v in enumerate(snap.concurrency_us):
@@ -812,7 +777,7 @@ def test_a_logline_beyond_64_bits_from_a_source_is_that_lines_parse_error(
             await out.put(
                 Batch(
                     self.node,
-                    lines if self.node == "n0" else good,
+                    lines if self.node == "n0" else tuple(good),
                     entries=len(lines),
                     newest_us=START + 2 * SECOND,
                     caught_up=True,

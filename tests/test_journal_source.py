@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import pytest
-from support.dumps import dump_lines, report_of_dumps
 
 from exporter import sources
 from exporter.accounting import SECOND, Snapshot
@@ -46,6 +45,7 @@ from exporter.logline import Batch, Interval, LogLine
 from exporter.parse import KEYWORDS, Parser
 
 from conftest import IN_CI, Samples, free_port, http_get, parse_metrics, sample, wait_for
+from support.dumps import dump_lines, report_of_dumps
 
 if TYPE_CHECKING:
     from exporter.sources.journal import JournalSource
@@ -460,7 +460,7 @@ def test_since_seeks_to_the_window(tmp_path: Path) -> None:
 
 
 def test_cursor_time() -> None:
-    from exporter.sources.journal import cursor_time_us
+    from exporter.sources.entries import cursor_time_us
 
     cursor = (
         "s=feaca734ee334e8585f11b39e52fb8f1;i=5;b=0123456789abcdef0123456789abcdef;"
@@ -565,7 +565,7 @@ def test_cursor_of_a_file_no_longer_listed(
 
 
 def test_the_daemon_counts_a_gap_and_nothing_twice(tmp_path: Path) -> None:
-    from test_daemon import DaemonThread
+    from support.daemon_thread import DaemonThread
 
     journals = tmp_path / "journal"
     journals.mkdir()
@@ -1074,10 +1074,10 @@ def test_report_on_journal_nodes_equals_report_on_dumps(tmp_path: Path) -> None:
     assert figures["since"] == since / SECOND and figures["until"] == until / SECOND
 
     # the journal is sought to the window: nothing before `since` is read
-    node = JournalNode("a", UNIT, directory=journals)
+    journal_node = JournalNode("a", UNIT, directory=journals)
 
-    async def window() -> list[LogLine]:
-        return [x async for b in sources.window(node, since, until) for x in b.lines]
+    async def read() -> list[LogLine]:
+        return [x async for b in sources.window(journal_node, since, until) for x in b.lines]
 
-    got = [x for x in asyncio.run(window()) if x.time_us <= until]
+    got = [x for x in asyncio.run(read()) if x.time_us <= until]
     assert got == [x for x in lines_of(entries, "a") if since <= x.time_us <= until]

@@ -50,7 +50,7 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 def imports(path: Path) -> list[tuple[str, list[str], int]]:
     """(module, names, line) of every import in the file, in functions too."""
-    out = []
+    out: list[tuple[str, list[str], int]] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out += [(a.name, [], node.lineno) for a in node.names]

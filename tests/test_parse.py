@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from exporter import parse
 from exporter.logline import Event, EventKind, Interval, LogLine
 from exporter.parse import MAX_DURATION_US, ParseError, Parser, ms_to_us
 

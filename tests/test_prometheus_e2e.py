@@ -27,11 +27,12 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import free_port, http_get, require_tool, wait_for
+from support.daemon_process import DaemonProcess
+from support.scrape import http_get
+from support.tools import REPO, free_port, require_tool, wait_for
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
 EXAMPLE_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "sm-llm-exporter.json"
@@ -51,7 +52,6 @@ ZERO_ON_DEMO = {
     "Reconnects, gaps, parse errors, late intervals",
     "Checkpoint errors",
 }
-LISTENING = re.compile(r"serving /metrics on 127\.0\.0\.1:(\d+)")
 
 
 @dataclass
@@ -90,35 +90,15 @@ def terminate(process: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[str]:
     """The demo daemon on a port the kernel chose; its host:port."""
-    log = tmp_path / "daemon.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "demo",
-                "--dir",
-                str(tmp_path / "demo"),
-                "--listen",
-                "127.0.0.1:0",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-    try:
 
-        def bound() -> str | None:
-            assert process.poll() is None, log.read_text()
-            m = LISTENING.search(log.read_text())
-            return f"127.0.0.1:{m.group(1)}" if m else None
+    def demo(_: Path) -> list[str]:
+        listen = ["--listen", "127.0.0.1:0"]
+        return [sys.executable, "-m", "exporter", "demo", "--dir", str(tmp_path / "demo"), *listen]
 
-        address = wait_for(bound, 20, "the demo daemon to listen")
-        wait_for(lambda: http_get(f"http://{address}/-/ready")[0] == 200, 20, "daemon ready")
-        yield address
-    finally:
-        terminate(process)
+    with DaemonProcess(tmp_path / "daemon", command=demo) as d:
+        d.start(40)
+        yield f"127.0.0.1:{d.port}"
+        d.close(grace=10)
 
 
 def prometheus_config(tmp_path: Path, target: str) -> Path:

@@ -1,9 +1,6 @@
-"""`sm-llm-exporter report` against an independent port of the seed's timeline.py (DESIGN §5).
-
-The port keeps the seed's arithmetic verbatim: its f-strings, its 0.5 s sampling loop with
-`r[0] <= t < r[1]`, its histogram capped at 3, its summed durations and upper-middle medians.
-Only `fetch()` is replaced: it reads the journal dump our report reads, with the seed's own
-regex and timestamp handling, keeping the entries `journalctl --since --until` would give.
+"""`sm-llm-exporter report` against an independent port of the seed's timeline.py (DESIGN §5;
+the port, support/seed.py, keeps the seed's arithmetic verbatim and reads the journal dump our
+report reads, with the seed's own regex and timestamp handling).
 
 On one-slot data from three nodes, with every edge on the 0.5 s grid counted from --since and
 every counted interval inside the window, DESIGN §5 says the two agree line for line; so every
@@ -14,7 +11,6 @@ remaining lines (computed as if it had skipped that one) must follow.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -32,160 +28,21 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from exporter import cli
+from exporter.times import SECOND
 
-REPO = Path(__file__).resolve().parent.parent
+from support.seed import SeedRequest, SeedRun, seed_fetch, seed_median, seed_timeline, seed_window
+from support.tools import REPO
+
 # timeline.py, in the project's shared folder beside the checkout (CI lays it there too)
 SEED_SCRIPT = Path(
     os.environ.get("SMLLM_SEED_SCRIPT", REPO.parent / "shared/seeds/000_ea0a9e426640964a.txt")
 )
 
-SECOND = 1_000_000
 HALF = SECOND // 2
 BASE_SINCE = int(datetime(2026, 9, 22, 7, 32, 55, tzinfo=UTC).timestamp())
 # era D: the total line alone, with its prompt/eval lines, with the 2026 log prefix; era C block
 SHAPES = ("D", "D-block", "D-prefix", "C")
 OFFSETS_MIN = (0, 0, 120, -300, 330)  # the dump's UTC offset (journalctl prints local time)
-
-
-# -- the seed, ported -------------------------------------------------------------------------
-
-SEED_LINE = re.compile(r"^(\S+)\s.*total time =\s+([\d.]+) ms /\s+(\d+) tokens")
-SeedRequest = tuple[float, float, int]
-
-
-def seed_fetch(dump: str, since: str, until: str) -> list[SeedRequest]:
-    """The seed's fetch() on a short-iso-precise dump instead of `ssh node journalctl ...`."""
-    lo = datetime.fromisoformat(since + "+00:00").timestamp()
-    hi = datetime.fromisoformat(until + "+00:00").timestamp()
-    out: list[SeedRequest] = []
-    for line in dump.splitlines():
-        if "total time" not in line:  # | grep 'total time'
-            continue
-        m = SEED_LINE.match(line)
-        if not m:
-            continue
-        end = datetime.fromisoformat(m.group(1).replace("+0000", "+00:00"))
-        if not lo <= end.timestamp() <= hi:  # journalctl --since ... --until ...
-            continue
-        dur = float(m.group(2)) / 1000.0
-        out.append((end.timestamp() - dur, end.timestamp(), int(m.group(3))))
-    return out
-
-
-@dataclass
-class SeedRun:
-    lines: list[str]  # what the seed prints, up to its crash if it crashes
-    crashed: bool  # IndexError on the median of no extraction calls
-    after_crash: list[str]  # what it would print next, had it skipped the extraction line
-    nodes: dict[str, list[SeedRequest]]
-    wall: float
-    busy: dict[str, float]
-    hist: list[float]
-    kinds: dict[str, float]
-    ext: list[SeedRequest]
-    rec: list[SeedRequest]
-    ext_s: float
-    rec_s: float
-    ideal: float
-
-
-def seed_report(
-    nodes: dict[str, list[SeedRequest]], since: str, until: str, split_tokens: int = 600
-) -> SeedRun:
-    """The seed's main() after fetch(), printing into a buffer."""
-    out = io.StringIO()
-    t0 = datetime.fromisoformat(since + "+00:00").timestamp()
-    t1 = datetime.fromisoformat(until + "+00:00").timestamp()
-    wall = t1 - t0
-
-    print(f"window {wall / 60:.1f} min\n", file=out)
-    print("  node    requests  extract  reconcile  busy time   busy %", file=out)
-    busy_by_node: dict[str, float] = {}
-    for name, reqs in nodes.items():
-        ext = [r for r in reqs if r[2] >= split_tokens]
-        rec = [r for r in reqs if r[2] < split_tokens]
-        busy = sum(e - s for s, e, _ in reqs)
-        busy_by_node[name] = busy
-        print(
-            f"  {name}  {len(reqs):8d} {len(ext):8d} {len(rec):10d} "
-            f"{busy / 60:7.1f} min {100 * busy / wall:7.1f}%",
-            file=out,
-        )
-
-    # Concurrency over time, sampled every 0.5 s.
-    step = 0.5
-    hist = [0.0, 0.0, 0.0, 0.0]
-    kinds = {"extract-only": 0.0, "reconcile-only": 0.0, "mixed": 0.0}
-    t = t0
-    while t < t1:
-        active = [r for reqs in nodes.values() for r in reqs if r[0] <= t < r[1]]
-        hist[min(len(active), 3)] += step
-        if active:
-            ext_on = any(r[2] >= split_tokens for r in active)
-            rec_on = any(r[2] < split_tokens for r in active)
-            kinds[
-                "mixed" if ext_on and rec_on else "extract-only" if ext_on else "reconcile-only"
-            ] += step
-        t += step
-
-    print("\n  nodes working at once    share of wall time", file=out)
-    for k, v in enumerate(hist):
-        bar = "#" * int(round(40 * v / wall))  # noqa: RUF046 (verbatim)
-        print(
-            f"        {k}                {100 * v / wall:5.1f}%  {v / 60:5.1f} min  {bar}", file=out
-        )
-
-    all_reqs = [r for reqs in nodes.values() for r in reqs]
-    ext = [r for r in all_reqs if r[2] >= split_tokens]
-    rec = [r for r in all_reqs if r[2] < split_tokens]
-    ext_s = sum(e - s for s, e, _ in ext)
-    rec_s = sum(e - s for s, e, _ in rec)
-    crashed, before = False, ""
-    try:
-        print(
-            f"\n  extraction: {len(ext)} calls, {ext_s / 60:.1f} node-min, "
-            f"median {sorted(e - s for s, e, _ in ext)[len(ext) // 2]:.1f} s",
-            file=out,
-        )
-    except IndexError:  # where the seed dies; carry on to learn what it would print next
-        crashed, before, out = True, out.getvalue(), io.StringIO()
-    if rec:
-        print(
-            f"  reconcile:  {len(rec)} calls, {rec_s / 60:.1f} node-min, "
-            f"median {sorted(e - s for s, e, _ in rec)[len(rec) // 2]:.1f} s",
-            file=out,
-        )
-    print(
-        f"  wall time with only reconcile running: {kinds['reconcile-only'] / 60:.1f} min", file=out
-    )
-
-    ideal = (ext_s + rec_s) / 3
-    print(
-        f"\n  total node-work {(ext_s + rec_s) / 60:.1f} node-min; "
-        f"spread perfectly over 3 nodes that is {ideal / 60:.1f} min "
-        f"against {wall / 60:.1f} min actual",
-        file=out,
-    )
-    text = out.getvalue()
-    return SeedRun(
-        lines=(before if crashed else text).splitlines(),
-        crashed=crashed,
-        after_crash=text.splitlines() if crashed else [],
-        nodes=nodes,
-        wall=wall,
-        busy=busy_by_node,
-        hist=hist,
-        kinds=kinds,
-        ext=ext,
-        rec=rec,
-        ext_s=ext_s,
-        rec_s=rec_s,
-        ideal=ideal,
-    )
-
-
-def seed_median(reqs: list[SeedRequest]) -> float | None:
-    return sorted(e - s for s, e, _ in reqs)[len(reqs) // 2] if reqs else None
 
 
 # -- grid data ----------------------------------------------------------------------------------
@@ -530,7 +387,7 @@ def seed_run(case: Case) -> SeedRun:
     nodes = {f"node{i}": seed_fetch(render_text(case, i), case.since, case.until) for i in range(3)}
     # the generator and the port agree on what lies in the window
     assert [len(v) for v in nodes.values()] == [len(n.reqs) for n in case.nodes]
-    return seed_report(nodes, case.since, case.until, case.split_tokens)
+    return seed_timeline(nodes, *seed_window(case.since, case.until), case.split_tokens)
 
 
 def check_case(case: Case, directory: Path, capsys: pytest.CaptureFixture[str]) -> SeedRun:

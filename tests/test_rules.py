@@ -21,9 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import require_tool
+from support.tools import REPO, require_tool
 
-REPO = Path(__file__).resolve().parent.parent
 PROMETHEUS = REPO / "deploy" / "prometheus"
 RULES = PROMETHEUS / "rules.yml"
 RULES_TEST = PROMETHEUS / "rules_test.yml"

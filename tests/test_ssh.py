@@ -16,7 +16,6 @@ quoting and the unit-name grammar; `known-hosts`; `report` over SSH nodes equal 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -34,9 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ssh_helpers import KINDS, MINUTE, REPO, local_config, local_node, now_us, requests, until_right
-from sshd import Sshd, User, keygen, public_key, require_ssh_tools, running_sshd, throwaway_user
-from test_daemon import DaemonThread
+from ssh_helpers import KINDS, MINUTE, local_config, local_node, now_us, requests
 from test_journal_source import (
     JOURNAL_REMOTE,
     UNIT,
@@ -51,17 +48,27 @@ from test_journal_source import (
     write_journal,
 )
 
-from exporter import report
 from exporter.accounting import SECOND
 from exporter.config import ConfigError, SshNode, load
 from exporter.daemon import Daemon
-from exporter.logline import Interval
+from exporter.logline import Interval, LogLine
 from exporter.parse import Parser
 from exporter.sources import SourceError
-from exporter.sources.dump import read_dump
-from exporter.sources.ssh import FIELDS, GREP, Features, journalctl, read_window
+from exporter.sources.ssh import FIELDS, GREP, Features, journalctl
 
-from conftest import IN_CI, Samples, parse_metrics, sample, wait_for
+from support.daemon_thread import DaemonThread
+from support.dumps import report_of_dumps, window_batches
+from support.scrape import Samples, parse_metrics, sample
+from support.sshd import (
+    Sshd,
+    User,
+    keygen,
+    public_key,
+    require_ssh_tools,
+    running_sshd,
+    throwaway_user,
+)
+from support.tools import REPO, missing, until_right, wait_for
 
 # -- fixtures: the tools, one sshd for the session, a throwaway user, quoted journal dirs ---------
 
@@ -70,10 +77,7 @@ from conftest import IN_CI, Samples, parse_metrics, sample, wait_for
 def tools() -> None:
     require_ssh_tools()
     if not os.access(JOURNAL_REMOTE, os.X_OK) or shutil.which("journalctl") is None:
-        what = f"{JOURNAL_REMOTE} (Debian systemd-journal-remote) or journalctl"
-        if IN_CI:
-            pytest.fail(f"{what} missing in CI; `make test` installs them (run as root)")
-        pytest.skip(f"{what} missing here (not CI, where this fails); `make test` as root")
+        missing(f"{JOURNAL_REMOTE} (Debian systemd-journal-remote) or journalctl")
 
 
 @pytest.fixture(scope="session")
@@ -195,8 +199,7 @@ def follow_problems(
     problems = []
     if until_us is not None and watermark != until_us:
         problems.append(f"watermark {iso(watermark)}, not {iso(until_us)}")
-    streams = {n: read_dump(p, n) for n, p in dumps.items()}
-    snap = report.build(streams, KINDS, since_us, until_us or watermark).snapshot
+    snap = report_of_dumps(dumps, KINDS, since_us, until_us or watermark).snapshot
     problems += compare(samples, snap)
     for node, want in entries.items():
         for name, value in (
@@ -522,7 +525,7 @@ def test_passwords_appear_in_no_log_or_error(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A right and a wrong password, through the daemon, `read_window` and `report` (at debug
+    """A right and a wrong password, through the daemon, a node's window and `report` (at debug
     level, asyncssh's own loggers included): neither is in any text they produce."""
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="asyncssh")
@@ -557,14 +560,13 @@ def test_passwords_appear_in_no_log_or_error(
             "right read, wrong refused",
         )
         texts.append(d.metrics())
-        texts += d.daemon._down_reason.values()
     texts += [p.read_text(errors="replace") for p in (tmp_path / "state").iterdir()]
 
-    # read_window, as `report` uses it: its error, with everything chained to it
+    # the window, as `report` reads it: its error, with everything chained to it
     window = (since, since + 10 * MINUTE)
-    assert len(asyncio.run(read_window(right, *window))) > 0
+    assert sum(len(b.lines) for b in window_batches(right, *window)) > 0
     with pytest.raises(SourceError) as raised:
-        asyncio.run(read_window(wrong, *window))
+        window_batches(wrong, *window)
     assert "authentication failed" in str(raised.value)
     texts += traceback.format_exception(raised.value)
     e: BaseException | None = raised.value
@@ -803,10 +805,11 @@ def test_known_hosts_prints_the_host_key_and_its_fingerprint(
         check=False,
     )
     assert found.returncode == 0 and public_key(server.host_key) in found.stdout
-    got = asyncio.run(read_window(node, since, since + 5 * MINUTE))
-    assert [x._replace(cursor="") for x in got if not isinstance(x, Exception)] == lines_of(
-        entries, "n0"
-    )
+    got = window_batches(node, since, since + 5 * MINUTE)
+    assert not any(b.errors for b in got)
+    assert [
+        LogLine(x.node, x.time_us, "", x.pid, x.message) for b in got for x in b.lines
+    ] == lines_of(entries, "n0")
 
     unknown = cli("known-hosts", "nope", "--config", str(cfg))
     assert unknown.returncode == 2 and "nope" in unknown.stderr

@@ -10,12 +10,10 @@ and STOPPING=1 on SIGTERM followed by a last checkpoint.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import re
 import select
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -31,14 +29,14 @@ from pathlib import Path
 import pytest
 
 from exporter.accounting import SECOND
-from exporter.checkpoint import NAME as CHECKPOINT_NAME
 from exporter.config import DEFAULT_PATH, Config
 from exporter.demo import NODES, node_lines, short_iso
 from exporter.notify import Notifier
 
-from conftest import free_port, http_get, parse_metrics, require_tool, sample
+from support.daemon_process import DaemonProcess, file_nodes
+from support.scrape import http_get, sample
+from support.tools import REPO, require_tool
 
-REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "deploy" / "sm-llm-exporter.service"
 INSTALLED_BIN = "/opt/sm-llm-exporter/bin/sm-llm-exporter"  # ExecStart's path in the unit
 MAX_EXPOSURE = 2.0
@@ -265,51 +263,17 @@ def write_dump(path: Path, node: str, start_us: int, seconds: int) -> int:
     return sum("total time" in x for x in lines)
 
 
-@dataclass
-class Running:
-    proc: subprocess.Popen[bytes]
-    port: int
-    state_dir: Path
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stderr(self) -> str:
-        return self.log.read_text()
-
-
 @contextmanager
 def daemon_process(
     tmp_path: Path, dumps: dict[str, Path], notify: NotifySocket
-) -> Iterator[Running]:
-    """`python -m exporter run` on file nodes, with NOTIFY_SOCKET and WATCHDOG_USEC set."""
-    port = free_port()
-    state_dir = tmp_path / "state"
-    cfg = tmp_path / "config.yaml"
-    nodes = "\n".join(f"  - {{name: {n}, source: file, path: {p}}}" for n, p in dumps.items())
-    cfg.write_text(
-        f'listen: "127.0.0.1:{port}"\nsince: "{SINCE}"\nstate_dir: {state_dir}\nnodes:\n{nodes}\n'
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTIFY_", "WATCHDOG_"))}
-    env |= {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": str(WATCHDOG_USEC)}
-    log = tmp_path / "stderr.log"
-    with log.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "run", "--config", str(cfg)],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    try:
-        yield Running(proc, port, state_dir, log)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+) -> Iterator[DaemonProcess]:
+    """`python -m exporter run` on file nodes, with NOTIFY_SOCKET and WATCHDOG_USEC set;
+    started, not waited for (READY=1 says when it is ready)."""
+    env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": str(WATCHDOG_USEC)}
+    config = {"since": SINCE, "nodes": file_nodes(dumps)}
+    with DaemonProcess(tmp_path / "daemon", config, env=env) as d:
+        d.launch()
+        yield d
 
 
 def status_says(n: Notification, sources: int, requests: int) -> bool:
@@ -323,13 +287,12 @@ def requests_in(n: Notification) -> int:
     return int(found[1])
 
 
-def stop(d: Running, notify: NotifySocket) -> Notification:
+def stop(d: DaemonProcess, notify: NotifySocket) -> Notification:
     """SIGTERM: STOPPING=1 arrives and the process exits 0."""
-    d.proc.send_signal(signal.SIGTERM)
+    d.terminate()
     stopping = notify.wait_for(lambda n: n.has("STOPPING=1"), 10, "STOPPING=1 after SIGTERM")
-    assert d.proc.wait(10) == 0, d.stderr()
+    d.stopped(10)
     notify.drain()
-    assert "Traceback" not in d.stderr(), d.stderr()
     return stopping
 
 
@@ -350,7 +313,7 @@ def test_ready_watchdog_status_and_stopping(tmp_path: Path, notify_socket: Notif
         assert status == 200
         status, body, _ = http_get(d.url + "/metrics")
         assert status == 200 and b"smllm_exporter_build_info" in body
-        assert ready.pid == d.proc.pid
+        assert ready.pid == d.pid
         assert re.search(rf"\d+/{len(NODES)} sources up, .*\d+ requests", ready.fields["STATUS"])
 
         # STATUS= keeps up: every node's source up, every request of the dumps counted
@@ -366,11 +329,11 @@ def test_ready_watchdog_status_and_stopping(tmp_path: Path, notify_socket: Notif
         check_pace(notify_socket.watchdogs())
 
         stopping = stop(d, notify_socket)
-        checkpoint = json.loads((d.state_dir / CHECKPOINT_NAME).read_bytes())
+        checkpoint = d.checkpoint()
 
     received = notify_socket.received
     assert sum(n.has("READY=1") for n in received) == 1
-    assert {n.pid for n in received} == {d.proc.pid}
+    assert {n.pid for n in received} == {d.pid}
     assert received.index(ready) < received.index(stopping)
     # the last checkpoint was written at shutdown, after STOPPING=1 was sent ...
     assert checkpoint["written_at_us"] >= stopping.sent_ns // 1000
@@ -387,11 +350,7 @@ def test_watchdog_keeps_coming_on_a_quiet_night(
     total = write_dump(path, "node0", START, 600)
     with daemon_process(tmp_path, {"node0": path}, notify_socket) as d:
         notify_socket.wait_for(lambda n: status_says(n, 1, total), 20, "every line read")
-        entries = sample(
-            parse_metrics(http_get(d.url + "/metrics")[1].decode()),
-            "smllm_source_entries_total",
-            node="node0",
-        )
+        entries = sample(d.metrics(), "smllm_source_entries_total", node="node0")
         quiet_from = time.time_ns()
         notify_socket.wait_for(
             lambda n: len(notify_socket.watchdogs(after_ns=quiet_from)) >= 5,
@@ -399,7 +358,7 @@ def test_watchdog_keeps_coming_on_a_quiet_night(
             "5 WATCHDOG=1 with no new line",
         )
         # nothing was read meanwhile: the heartbeat is the loop's, not the entries'
-        samples = parse_metrics(http_get(d.url + "/metrics")[1].decode())
+        samples = d.metrics()
         assert sample(samples, "smllm_source_entries_total", node="node0") == entries
         assert all(
             requests_in(n) == total

@@ -1,4 +1,5 @@
-"""Journal dumps read the way the report reads them (through `exporter.sources.window`)."""
+"""Nodes' windows and journal dumps read the way the report reads them (through
+`exporter.sources.window`)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,24 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from exporter import report, sources
-from exporter.config import FileNode
+from exporter.config import FileNode, NodeConfig
 from exporter.kinds import Kinds
 from exporter.logline import Batch, LogLine
 from exporter.times import MAX_TIME_US, SECOND
 
 
-def dump_batches(path: Path, node: str, since_us: int = 0) -> list[Batch]:
-    """Every Batch the report's reader makes of a dump."""
+def window_batches(node: NodeConfig, since_us: int, until_us: int) -> list[Batch]:
+    """Every Batch of a node's window, as the report reads it (SourceError when it cannot)."""
 
     async def read() -> list[Batch]:
-        return [b async for b in sources.window(FileNode(node, path), since_us, MAX_TIME_US)]
+        return [b async for b in sources.window(node, since_us, until_us)]
 
     return asyncio.run(read())
+
+
+def dump_batches(path: Path, node: str, since_us: int = 0) -> list[Batch]:
+    """Every Batch the report's reader makes of a dump."""
+    return window_batches(FileNode(node, path), since_us, MAX_TIME_US)
 
 
 def dump_lines(path: Path, node: str, since_us: int = 0) -> list[LogLine]:

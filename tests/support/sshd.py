@@ -1,4 +1,4 @@
-"""A real OpenSSH sshd on 127.0.0.1 for the SSH source's tests, and a throwaway login user.
+"""A real OpenSSH sshd on 127.0.0.1 for the SSH source's tests (test_ssh.py), and a throwaway login user.
 
 `running_sshd` starts `/usr/sbin/sshd -D -e -f CONFIG` with its own config and ed25519 host key
 (StrictModes no, UsePAM no, keys and passwords both accepted, root may log in) on a free port:
@@ -21,23 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IN_CI, free_port
+from support.tools import free_port, missing
 
 SSHD = "/usr/sbin/sshd"
 USER_PREFIX = "smllmtest"
-
-
-def _missing(what: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{what} missing in CI; `make test` installs it (run as root)")
-    pytest.skip(f"{what} missing here (not CI, where this fails); `make test` as root installs it")
 
 
 def require_ssh_tools() -> str:
     """sshd and ssh-keygen, or fail in CI / skip elsewhere; the path of ssh-keygen."""
     keygen = shutil.which("ssh-keygen")
     if not os.access(SSHD, os.X_OK) or keygen is None:
-        _missing(f"{SSHD} or ssh-keygen (Debian openssh-server)")
+        missing(f"{SSHD} or ssh-keygen (Debian openssh-server)")
     assert keygen is not None
     return keygen
 
@@ -168,7 +162,7 @@ def throwaway_user() -> Iterator[User]:
     Fails in CI and skips elsewhere when users cannot be created (not root, no useradd)."""
     tools = [shutil.which(t) for t in ("useradd", "chpasswd", "userdel")]
     if os.geteuid() != 0 or None in tools:
-        _missing("root with useradd, chpasswd and userdel (for a throwaway password user)")
+        missing("root with useradd, chpasswd and userdel (for a throwaway password user)")
     for stale in _stale_users():
         subprocess.run(["userdel", stale], capture_output=True, check=False)
     name = f"{USER_PREFIX}{os.getpid()}"
@@ -183,7 +177,7 @@ def throwaway_user() -> Iterator[User]:
         check=False,
     )
     if done.returncode != 0:
-        _missing(f"a throwaway user (useradd failed: {done.stderr.strip()})")
+        missing(f"a throwaway user (useradd failed: {done.stderr.strip()})")
     try:
         subprocess.run(
             ["chpasswd"], input=f"{name}:{password}\n", text=True, capture_output=True, check=True

@@ -1,0 +1,93 @@
+"""Real tools and real ports: what a test needs from the machine, and how it waits for things.
+
+- `require_tool` / `missing`: a tool that is not installed fails the test in CI (`make test`
+  installs it, as root) and skips it elsewhere.
+- `wait_for`, `until_right`: wait on a condition with a deadline (never a sleep that hopes);
+  `poll` is the same wait for a caller that decides itself what a timeout means (a benchmark).
+- `free_port`: a port of 127.0.0.1 that was free a moment ago, for servers that cannot report a
+  kernel-chosen one (their callers retry on a clash).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+IN_CI = bool(os.environ.get("CI"))
+REPO = Path(__file__).resolve().parents[2]
+
+
+def missing(what: str) -> NoReturn:
+    """`what` is not on this machine: a failure in CI, a skip elsewhere."""
+    if IN_CI:
+        pytest.fail(f"{what} missing in CI; `make test` installs it (run as root)")
+    pytest.skip(f"{what} missing here (not CI, where this fails); `make test` as root installs it")
+
+
+def require_tool(name: str) -> str:
+    """The path of a real tool on PATH."""
+    path = shutil.which(name)
+    if path is None:
+        missing(f"{name} (not on PATH)")
+    return path
+
+
+def poll(check: Callable[[], T | None], timeout: float, every: float = 0.05) -> T | None:
+    """Call `check` until it returns something truthy (returned) or `timeout` seconds pass
+    (then None)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(every)
+
+
+def wait_for(check: Callable[[], T | None], timeout: float = 10.0, what: str = "") -> T:
+    """Poll `check` until it returns something truthy, or fail after `timeout` seconds."""
+    last: list[T | None] = []
+
+    def recorded() -> T | None:
+        last[:] = [check()]
+        return last[0]
+
+    found = poll(recorded, timeout)
+    if found:
+        return found
+    pytest.fail(f"timed out after {timeout} s waiting for {what or check}; last: {last[0]!r}")
+
+
+def until_right(
+    check: Callable[[], list[str]], timeout: float, what: str, pause: float = 0.1
+) -> None:
+    """Wait until `check` finds no problem (`pause` seconds between checks); fail with the last
+    ones it found."""
+    problems: list[str] = []
+
+    def right() -> bool:
+        problems[:] = check()
+        return not problems
+
+    if not poll(right, timeout, pause):
+        pytest.fail(f"{what}: still wrong after {timeout} s: {problems[:8]}")
+
+
+def now_us() -> int:
+    """The clock, in microseconds since the epoch (the journal's unit)."""
+    return time.time_ns() // 1000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
