@@ -56,6 +56,7 @@ from exporter.parse import Parser
 from exporter.sources import SourceError
 from exporter.sources.ssh import FIELDS, GREP, Features, journalctl
 
+from support.daemon_process import DaemonProcess
 from support.daemon_thread import DaemonThread
 from support.dumps import report_of_dumps, window_batches
 from support.scrape import Samples, parse_metrics, sample
@@ -739,9 +740,18 @@ def test_unit_names_outside_systemds_grammar_are_refused(tmp_path: Path, unit: s
 # -- 7. known-hosts -------------------------------------------------------------------------------
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+# The exporter as installed without systemd-python (the `journal` extra): the import blocked.
+WITHOUT_SYSTEMD = [
+    sys.executable,
+    "-c",
+    "import sys; sys.modules['systemd'] = None; from exporter.cli import main; "
+    "sys.exit(main(sys.argv[1:]))",
+]
+
+
+def cli(*args: str, without_systemd: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter", *args],
+        [*(WITHOUT_SYSTEMD if without_systemd else [sys.executable, "-m", "exporter"]), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -813,6 +823,12 @@ def test_known_hosts_prints_the_host_key_and_its_fingerprint(
 
     unknown = cli("known-hosts", "nope", "--config", str(cfg))
     assert unknown.returncode == 2 and "nope" in unknown.stderr
+
+    # a node it cannot reach is named, and the one it can is printed all the same
+    both = cli("known-hosts", "--config", str(cfg))
+    assert both.returncode == 1
+    assert both.stdout.splitlines() == lines
+    assert "node n1: 127.0.0.1:1: cannot fetch its host key" in both.stderr
 
 
 # -- 8. report over SSH nodes -------------------------------------------------------------------
@@ -897,3 +913,76 @@ def report_on_a_terminal(args: list[str]) -> tuple[str, str]:
     os.close(master)
     assert proc.returncode == 0, seen.decode(errors="replace")
     return out, seen.decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_a_report_names_the_node_it_could_not_read_and_shows_the_others(
+    server: Sshd, known_hosts: Path, journals: Path, tmp_path: Path
+) -> None:
+    since = now_us() - 30 * MINUTE
+    entries = workload(12, since, since + 5 * MINUTE)
+    write(journals, "remote.journal", entries)
+    good = ssh_node(server, known_hosts, "good", journals)
+    broken = ssh_node(server, known_hosts, "broken", journals, port=1)
+    window = ["report", "--since", iso(since), "--until", iso(since + 6 * MINUTE)]
+    both = cli(
+        *window, "--format", "json", "--config", str(config_file(tmp_path / "c.json", good, broken))
+    )
+    alone = cli(
+        *window, "--format", "json", "--config", str(config_file(tmp_path / "g.json", good))
+    )
+    assert alone.returncode == 0, alone.stderr
+    assert both.returncode == 1
+    assert "node broken: ssh root@127.0.0.1:1:" in both.stderr
+    assert "could not read 1 of 2 nodes (broken)" in both.stderr
+    figures, good_only = json.loads(both.stdout), json.loads(alone.stdout)
+    assert figures["nodes"]["good"] == good_only["nodes"]["good"]
+    assert figures["nodes"]["good"]["requests"] > 5
+
+
+@pytest.mark.slow
+def test_an_ssh_node_needs_no_systemd_python(
+    server: Sshd, known_hosts: Path, journals: Path, tmp_path: Path
+) -> None:
+    """Installed without the `journal` extra (as `make run` installs), an ssh node is followed,
+    reported and its host key fetched: nothing on its path imports systemd."""
+    since = now_us() - 30 * MINUTE
+    entries = workload(12, since, since + 5 * MINUTE)
+    write(journals, "remote.journal", entries)
+    node = ssh_node(server, known_hosts, "n0", journals)
+    cfg = config_file(tmp_path / "config.json", node)
+    window = [
+        "report",
+        "--since",
+        iso(since),
+        "--until",
+        iso(since + 6 * MINUTE),
+        "--format",
+        "json",
+    ]
+    blocked = cli(*window, "--config", str(cfg), without_systemd=True)
+    normal = cli(*window, "--config", str(cfg))
+    assert blocked.returncode == 0, blocked.stderr
+    assert blocked.stdout == normal.stdout
+    assert json.loads(blocked.stdout)["nodes"]["n0"]["requests"] > 5
+    keys = cli("known-hosts", "--config", str(cfg), without_systemd=True)
+    assert keys.returncode == 0 and public_key(server.host_key) in keys.stdout, keys.stderr
+    journal_node = tmp_path / "journal.json"  # a journal node is refused, naming the extra
+    journal_node.write_text(json.dumps({"nodes": [{"name": "j", "source": "journal"}]}))
+    refused = cli("check-config", str(journal_node), without_systemd=True)
+    assert refused.returncode == 1 and "journal" in refused.stderr
+
+    # the daemon follows it
+    config = json.loads(cfg.read_text())
+    config["since"] = iso(since)
+    d = DaemonProcess(
+        tmp_path / "daemon", config, command=lambda c: [*WITHOUT_SYSTEMD, "run", "--config", str(c)]
+    )
+    want = json.loads(normal.stdout)["nodes"]["n0"]["requests"]
+    try:
+        d.start()
+        wait_for(lambda: requests(d.metrics(), "n0") == want, 30, "every request counted")
+        assert sample(d.metrics(), "smllm_source_up", node="n0") == 1
+    finally:
+        d.close()
+    assert "systemd" not in d.log_text().replace("systemd-python", "")
