@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 QUEUE_SIZE = 64
 TURN_BUDGET_S = 0.2  # batches applied per ingest turn, at most this long
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
+TICK_BUSY_S = 0.05  # the watermark moved this often while batches come
 CAUGHT_UP_PUBLISH_S = 0.05  # publish this soon after a source caught up (a backlog read)
 ERRORS_LOGGED = 5  # parse errors logged per node before going quiet (they are all counted)
 
@@ -201,9 +202,14 @@ class Daemon:
             first: Batch | None = None
             if not queue.empty():
                 first = queue.get_nowait()
-            else:
+            else:  # (waiting no longer than a publish that is due soon)
+                wait = self.tick_seconds
+                if self._caught_up_now:
+                    wait = min(
+                        wait, max(0.0, last_publish + CAUGHT_UP_PUBLISH_S - time.monotonic())
+                    )
                 with suppress(TimeoutError):
-                    async with asyncio.timeout(self.tick_seconds):
+                    async with asyncio.timeout(wait):
                         first = await queue.get()
             now = self._now_us()
             if first is not None:
@@ -214,7 +220,9 @@ class Daemon:
                 while not queue.empty() and time.monotonic() < budget:
                     self._apply(queue.get_nowait(), now)
             mono = time.monotonic()
-            if mono - last_tick >= self.tick_seconds:  # O(nodes): not every turn
+            # O(nodes): not every turn; but soon after batches came, so the intervals waiting
+            # for the watermark stay few (a backlog would pile them up in every checkpoint)
+            if mono - last_tick >= (self.tick_seconds if first is None else TICK_BUSY_S):
                 self._tick(now)
                 last_tick = mono
             self.turns += 1

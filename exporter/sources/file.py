@@ -11,7 +11,6 @@ standard input, a pipe or a process substitution.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
 import io
 import logging
@@ -30,6 +29,7 @@ from exporter.sources.lines import Chunk, LineReader
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
+BACKLOG_READS = 4  # chunks read at once while a backlog is read
 STDIN = Path("-")
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -76,6 +76,7 @@ class FileSource:
         self._dev = self._ino = 0
         self._said_missing = False
         self._said_caught_up = False
+        self._backlog = False
         self._lock = threading.Lock()
         self._gap = False  # the saved position could not be resumed: say so in the next batch
 
@@ -114,7 +115,9 @@ class FileSource:
             log.warning("node %s: %s does not exist yet; waiting for it", self.node, self.path)
             return Batch(self.node, up=False, error=f"{self.path} does not exist")
         assert self._file is not None
-        data = self._file.read(self.chunk)
+        # a backlog (the last read was full) in larger reads: fewer hand-overs to the loop
+        data = self._file.read(self.chunk * BACKLOG_READS if self._backlog else self.chunk)
+        self._backlog = len(data) >= self.chunk
         if not data:
             return self._at_end()
         chunk = self._reader.feed(data)
@@ -208,23 +211,20 @@ class FileSource:
 
 async def window(node: str, path: Path, since_us: int, until_us: int) -> AsyncIterator[Batch]:
     """A dump's entries from `since_us` on, read to its end or a little past `until_us`, as
-    Batches. `path` may be `-` (standard input), a pipe, or gzip (by its magic bytes). The next
-    chunk is read and scanned in a worker thread while the caller parses this one."""
+    Batches. `path` may be `-` (standard input), a pipe, or gzip (by its magic bytes). A regular
+    file is read right here, a chunk at a time (from the page cache, it does not block for long,
+    and a worker thread would only contend for the GIL); anything else in a worker thread."""
     f = await asyncio.to_thread(_open_dump, node, path)
     reader = LineReader(node, since_us=since_us, where="<stdin>" if path == STDIN else str(path))
+    regular = path != STDIN and path.is_file() and not isinstance(f, gzip.GzipFile)
 
     def next_chunk() -> tuple[Chunk, bool]:
         data = _read(f, node, path)
         return (reader.feed(data) if data else reader.end()), bool(data)
 
-    ahead: asyncio.Future[tuple[Chunk, bool]] | None = None
     try:
-        coming = ahead = asyncio.ensure_future(asyncio.to_thread(next_chunk))
         while True:
-            chunk, more = await coming
-            ahead = None
-            if more:
-                coming = ahead = asyncio.ensure_future(asyncio.to_thread(next_chunk))
+            chunk, more = next_chunk() if regular else await asyncio.to_thread(next_chunk)
             yield Batch(
                 node,
                 tuple(chunk.lines),
@@ -236,10 +236,6 @@ async def window(node: str, path: Path, since_us: int, until_us: int) -> AsyncIt
             if not more or (chunk.newest_us is not None and chunk.newest_us > until_us):
                 return
     finally:
-        last = ahead
-        if last is not None:  # the thread's read ends first: then the file can close
-            with contextlib.suppress(Exception):
-                await asyncio.shield(last)
         if path != STDIN:
             f.close()
 

@@ -15,7 +15,6 @@ report, which read through this same layer, count the same parse errors for the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from exporter._compiled import speedups
@@ -57,28 +56,21 @@ def may_matter(data: bytes) -> bool:
     return any(k in data for k in PARSER_KEYWORDS)
 
 
-def _scan(data: bytes, node: str, since_us: int) -> tuple[list[bytes | LogLine], int, int]:
+def _scan(
+    data: bytes | memoryview, node: str, since_us: int, max_line: int
+) -> tuple[list[bytes | LogLine], int, int]:
     """The keyword lines of `data` (whole lines), the newlines in it and how many of the lines
     are left raw: compiled, each line of a usual shape comes decoded (dropped when older than
     `since_us`); pure, all raw."""
     if speedups is not None:
         found: tuple[list[bytes | LogLine], int, int] = speedups.scan(
-            data, KEYWORDS, node, since_us, LogLine, MAX_LINE
+            data, KEYWORDS, node, since_us, LogLine, max_line
         )
         return found
+    if isinstance(data, memoryview):
+        data = bytes(data)
     lines: list[bytes | LogLine] = list(find_lines(data))
     return lines, data.count(b"\n"), len(lines)
-
-
-def last_lines(data: bytes, most: int = 16) -> Iterator[bytes]:
-    """The last lines of `data` (whole lines), newest first, at most `most` of them."""
-    end = len(data.rstrip(b"\n"))
-    for _ in range(most):
-        if end <= 0:
-            return
-        start = data.rfind(b"\n", 0, end) + 1
-        yield data[start:end]
-        end = start - 1
 
 
 @dataclass(slots=True)
@@ -91,7 +83,6 @@ class Chunk:
     entries: int = 0
     newest_us: int | None = None
     cursor: str = ""  # of the newest entry that has one ("" for short-iso text)
-    whole: bytes = b""  # the whole lines read
 
 
 class LineReader:
@@ -131,15 +122,21 @@ class LineReader:
             if self._skipping:
                 return chunk
         cut = data.rfind(b"\n") + 1
-        if cut:
-            whole = self._partial + data[:cut] if self._partial else data[:cut]
-            self._partial = data[cut:]
-        else:
-            whole, self._partial = b"", self._partial + data
+        if not cut:
+            self._partial += data
+            if len(self._partial) > self.max_line:
+                self._start_skip(chunk)
+            return chunk
+        start = 0
+        if self._partial:  # the line begun before: on its own, so the rest is never copied
+            start = data.find(b"\n") + 1
+            head, self._partial = self._partial + data[:start], b""
+            self._decode(head, 0, len(head), chunk)
+        if start < cut:
+            self._decode(data, start, cut, chunk)
+        self._partial = data[cut:]
         if len(self._partial) > self.max_line:
             self._start_skip(chunk)
-        if whole:
-            self._decode(whole, chunk)
         return chunk
 
     def end(self) -> Chunk:
@@ -149,15 +146,18 @@ class LineReader:
             self._skip(b"\n", chunk)
         elif self._partial:
             whole, self._partial = self._partial + b"\n", b""
-            self._decode(whole, chunk)
+            self._decode(whole, 0, len(whole), chunk)
         return chunk
 
-    def _decode(self, whole: bytes, chunk: Chunk) -> None:
-        items, entries, n_raw = _scan(whole, self.node, self.since_us)
+    def _decode(self, data: bytes, start: int, end: int, chunk: Chunk) -> None:
+        """The whole lines data[start:end] (read without copying them)."""
+        view = data if start == 0 and end == len(data) else memoryview(data)[start:end]
+        items, entries, n_raw = _scan(view, self.node, self.since_us, self.max_line)
         lines = chunk.lines
         if not n_raw:  # all decoded already (compiled, on the usual shapes)
             lines += items  # type: ignore[arg-type]
         else:
+            whole = bytes(view)  # (only where some line is left to decode here: rare)
             since_us, decode = self.since_us, self.decoder.decode
             self._found = 0  # where in `whole` the error search goes on
             for item in items:
@@ -166,12 +166,8 @@ class LineReader:
                     continue
                 assert isinstance(item, bytes)
                 if len(item) > self.max_line:
-                    self._error(
-                        chunk,
-                        whole,
-                        item,
-                        f"a line of {len(item):,} bytes, longer than {self.max_line:,}: skipped",
-                    )
+                    why = f"a line of {len(item):,} bytes, longer than {self.max_line:,}: skipped"
+                    self._error(chunk, whole, item, why)
                     continue
                 try:
                     line = decode(item)
@@ -180,24 +176,29 @@ class LineReader:
                     continue
                 if line is not None and line.time_us >= since_us:
                     lines.append(line)
-        self._newest(whole, chunk)
+        self._newest(data, start, end, chunk)
         chunk.entries += entries
-        chunk.whole = whole
-        self.offset += len(whole)
+        self.offset += end - start
         self.lineno += entries
 
-    def _newest(self, whole: bytes, chunk: Chunk) -> None:
-        """The newest line with a time (not a `-- Boot --` note), and the newest cursor."""
-        for raw in last_lines(whole):
-            if len(raw) > self.max_line:
-                continue
-            try:
-                line = self.decoder.decode(raw)
-            except EntryError:
-                continue
-            if line is not None:
-                chunk.newest_us, chunk.cursor = line.time_us, line.cursor
+    def _newest(self, data: bytes, start: int, end: int, chunk: Chunk) -> None:
+        """The newest line with a time (not a `-- Boot --` note) in data[start:end], and its
+        cursor; each of the last lines copied alone."""
+        for _ in range(16):
+            while end > start and data[end - 1] == 10:  # (b"\n")
+                end -= 1
+            if end <= start:
                 return
+            first = max(data.rfind(b"\n", start, end) + 1, start)
+            if end - first <= self.max_line:
+                try:
+                    line = self.decoder.decode(data[first:end])
+                except EntryError:
+                    line = None
+                if line is not None:
+                    chunk.newest_us, chunk.cursor = line.time_us, line.cursor
+                    return
+            end = first
 
     def _error(self, chunk: Chunk, whole: bytes, raw: bytes, why: str) -> None:
         if len(chunk.errors) >= _ERRORS_KEPT:

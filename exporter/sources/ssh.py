@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 READ_SIZE = 1 << 16  # a read for a report; a follow stream with this much is handed over at once
 GATHER_S = 0.25  # a follow stream's output collects this long before it is handed over
 GATHER_MAX = 1 << 18  # bytes collected before the channel stops reading (the node then waits)
+TAIL_KEPT = 4096  # bytes of a partial line kept to find the newest entry's cursor in
 STDERR_KEPT = 4096  # bytes of the remote journalctl's stderr kept for the error message
 COMMAND_TIMEOUT_S = 60  # a probe or `-n 1` that hangs this long fails the connection
 FIELDS = "MESSAGE,_PID,__REALTIME_TIMESTAMP,__CURSOR"
@@ -155,6 +156,7 @@ class SshSource:
         self._reader = LineReader(
             node.name, since_us=since_us, where=f"node {node.name}", first_line=None
         )
+        self._tail = b""  # the partial line the last bytes ended with
 
     async def run(self, out: asyncio.Queue[Batch]) -> None:
         node = self.node
@@ -301,12 +303,15 @@ class SshSource:
     def batch(self, data: bytes, newest: str, caught_up: bool) -> Batch | None:
         """The follow stream's next bytes as a Batch (None while no line is whole)."""
         chunk = self._reader.feed(data)
-        if not chunk.whole:
+        nl = data.rfind(b"\n")
+        if nl < 0:  # (a line's cursor is at its start: the start of the partial line is kept)
+            self._tail = (self._tail + data)[:TAIL_KEPT]
             return None
+        tail, self._tail = self._tail, data[nl + 1 : nl + 1 + TAIL_KEPT]
         if chunk.cursor:
             self.cursor = chunk.cursor
         if not caught_up and newest:
-            caught_up = newest.encode() in chunk.whole or self.cursor == newest
+            caught_up = self.cursor == newest or _holds(tail, data, newest.encode())
         return Batch(
             self.node.name,
             tuple(chunk.lines),
@@ -469,6 +474,15 @@ class _Follow(asyncssh.SSHClientSession[bytes]):
         if self._paused and self._chan is not None and self.held is None:
             self._paused = False
             self._chan.resume_reading()  # may deliver what waited, at once
+
+
+def _holds(tail: bytes, data: bytes, cursor: bytes) -> bool:
+    """Is `cursor` in a whole line of `tail + data` (tail: the partial line before `data`)?"""
+    end = data.rfind(b"\n")
+    if data.find(cursor, 0, end) >= 0 or tail.find(cursor) >= 0:
+        return True
+    k = len(cursor)
+    return (tail[-k:] + data[: min(k, end)]).find(cursor) >= 0
 
 
 def _entry_cursor(node: str, raw: bytes) -> str:
