@@ -26,7 +26,7 @@ deps:
 	fi
 
 # The compiled fast paths are built here when a C compiler is present (pure Python otherwise).
-$(BASE): pyproject.toml setup.py exporter/_speedups.c
+$(BASE): pyproject.toml setup.py exporter/_speedups.c exporter/_accounting.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .

@@ -1,19 +1,20 @@
-"""Builds the optional C fast paths (exporter/_speedups.c); everything else is in pyproject.toml.
+"""Builds the optional C fast paths (exporter/_speedups.c, exporter/_accounting.c); everything
+else is in pyproject.toml.
 
 `optional=True`: without a C compiler the install still succeeds, and the pure-Python code that
 is the reference for each fast path does the work (slower; `make test` in CI insists on the
-compiled module, see tests/test_speedups.py).
+compiled modules, see tests/test_speedups.py and tests/test_accounting_speedups.py).
 """
 
 from setuptools import Extension, setup
 
+FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+
 setup(
     ext_modules=[
         Extension(
-            "exporter._speedups",
-            ["exporter/_speedups.c"],
-            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-            optional=True,
+            f"exporter.{name}", [f"exporter/{name}.c"], extra_compile_args=FLAGS, optional=True
         )
+        for name in ("_speedups", "_accounting")
     ]
 )

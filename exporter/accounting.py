@@ -6,6 +6,12 @@ node's busy seconds, seconds with exactly k nodes busy, seconds per mix of kinds
 to the watermark (DESIGN §4) and are swept exactly, segment by segment, from the intervals that
 reach past it; the part of an interval behind the watermark when it arrives is late and counted
 apart.
+
+The two hot paths, `add_all` (every request brings an interval and, on servers that log launch
+lines, a STARTED event) and the sweep of `advance_to`, run compiled (exporter/_accounting.c)
+where that is built; `add_all_reference` and `advance_to_reference` are the Python code that
+stays their specification (tests/test_accounting_speedups.py holds the two to the same state),
+and does whatever the compiled code leaves to it.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
+from exporter._compiled import accounting as compiled
 from exporter.kinds import Kinds
 from exporter.logline import Event, EventKind, Interval, Record
 
@@ -24,6 +31,7 @@ START_MARGIN_US = SECOND  # a launch line is logged up to ~1 ms after end - dura
 CAUGHT_UP_SLACK_US = 2 * SECOND  # node clocks and poll/SSH delays
 # seconds: the seed's 2-15 s reconcile and 20-60 s extraction calls, up to max_request_seconds
 DEFAULT_BUCKETS_S = tuple(map(float, (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)))
+KIND_CACHE_TOKENS = 1 << 16  # the compiled add_all remembers the kind of fewer tokens than this
 
 
 @dataclass(slots=True)
@@ -132,7 +140,8 @@ class Accounting:
         self.kinds = kinds
         self.kind_names = kinds.names
         self._kind_of: dict[int | None, str] = {}  # token count -> kind, as the rules say
-        self._kind_index = {k: i for i, k in enumerate(sorted(self.kind_names))}
+        self._sorted_kinds = tuple(sorted(self.kind_names))
+        self._kind_index = {k: i for i, k in enumerate(self._sorted_kinds)}
         self._kind_bit = {k: 1 << i for k, i in self._kind_index.items()}
         self._mix_by_mask = _mix_labels_by_mask(sorted(self.kind_names))
         self.origin_us = origin_us
@@ -150,6 +159,9 @@ class Accounting:
         # the copies of the per-kind counters the last snapshot holds, kept until they change:
         # successive snapshots share what did not change (and a renderer can tell by identity)
         self._copies: dict[tuple[str, str], KindCounters] = {}
+        # the compiled add_all's copy of `_kind_of` (which only grows), by token count: 1 + the
+        # kind's index in `_sorted_kinds`, 0 when not known yet
+        self._kind_cache = bytearray(KIND_CACHE_TOKENS if compiled is not None else 0)
 
     def _new_node(self, newest_us: int) -> NodeState:
         zero = len(self.buckets_us) + 1
@@ -169,7 +181,44 @@ class Accounting:
             self._event(rec)
 
     def add_all(self, recs: Iterable[Record]) -> None:
-        """`add` each record, counted (the ingest path: one loop for a whole batch)."""
+        """`add` each record, counted (the ingest path: one loop for a whole batch). Compiled
+        where it is built, for a list or tuple: that takes the intervals and STARTED events it
+        can take exactly and leaves each other record to the Python code, in order."""
+        if compiled is None or (type(recs) is not list and type(recs) is not tuple):
+            self.add_all_reference(recs)
+            return
+        seq = cast("list[Record] | tuple[Record, ...]", recs)
+        take = compiled.add_all
+        n = len(seq)
+        i = 0
+        while i < n:
+            i = take(
+                seq,
+                i,
+                Interval,
+                Event,
+                _STARTED,
+                self.nodes,
+                self._node_index,
+                self._kind_of,
+                self._kind_bit,
+                self.buckets_us,
+                self.origin_us,
+                self.watermark_us,
+                self._pending,
+                self._sorted_kinds,
+                self._kind_cache,
+            )
+            if i < n:  # (a token count not seen before, an unusual record: the Python code's)
+                rec = seq[i]
+                if type(rec) is Interval:
+                    self._interval(rec, True)
+                else:
+                    self._event(cast(Event, rec))
+                i += 1
+
+    def add_all_reference(self, recs: Iterable[Record]) -> None:
+        """`add_all` in Python: the specification of the compiled path."""
         interval = self._interval
         event: Callable[[Any], None] = self._event  # (what is no Interval is an Event)
         for rec in recs:
@@ -292,7 +341,29 @@ class Accounting:
         return ns.down_since_us is not None and now_us - ns.down_since_us > self.stall_us
 
     def advance_to(self, until_us: int) -> None:
-        """Make the timeline figures final up to `until_us` (the report's end of window)."""
+        """Make the timeline figures final up to `until_us` (the report's end of window).
+        Compiled where it is built, unless a figure would not fit in 64 bits (or the pending
+        intervals are not what this class keeps): then in Python."""
+        lo = self.watermark_us
+        if until_us <= lo:
+            return
+        if compiled is not None:
+            swept = compiled.sweep(
+                self._pending, lo, until_us, len(self.node_names), len(self._kind_bit)
+            )
+            if swept is not None:
+                self._pending, conc_us, mix_by_mask, node_busy = swept
+                self.watermark_us = until_us
+                conc = self.concurrency_us
+                for k, us in enumerate(conc_us):
+                    if us:
+                        conc[k] += us
+                self._add_swept(mix_by_mask, node_busy)
+                return
+        self.advance_to_reference(until_us)
+
+    def advance_to_reference(self, until_us: int) -> None:
+        """`advance_to` in Python: the specification of the compiled sweep."""
         lo = self.watermark_us
         if until_us <= lo:
             return
@@ -344,6 +415,10 @@ class Accounting:
                     mask &= ~bit
         conc[0] += hi - t_prev
         mix_by_mask[0] += hi - t_prev
+        self._add_swept(mix_by_mask, node_busy)
+
+    def _add_swept(self, mix_by_mask: Sequence[int], node_busy: Sequence[int]) -> None:
+        """Add what a sweep found to the mix and busy figures."""
         mix = self.mix_us
         for m, label in enumerate(self._mix_by_mask):
             if mix_by_mask[m]:

@@ -53,6 +53,7 @@ class Daemon:
         clock: Callable[[], float] = time.time,
         source_factory: Callable[[NodeConfig, int, str], Source] = sources.follow,
         publish_seconds: float = 1.0,
+        caught_up_publish_seconds: float = CAUGHT_UP_PUBLISH_S,
         tick_seconds: float = 0.5,
         version: str = __version__,
         notifier: Notifier | None = None,
@@ -62,6 +63,7 @@ class Daemon:
         self.clock = clock
         self.source_factory = source_factory
         self.publish_seconds = publish_seconds
+        self.caught_up_publish_seconds = caught_up_publish_seconds
         self.tick_seconds = tick_seconds
         self.renderer = Renderer(version)
         self.pages = Pages(ready=self._ready)
@@ -206,7 +208,8 @@ class Daemon:
                 wait = self.tick_seconds
                 if self._caught_up_now:
                     wait = min(
-                        wait, max(0.0, last_publish + CAUGHT_UP_PUBLISH_S - time.monotonic())
+                        wait,
+                        max(0.0, last_publish + self.caught_up_publish_seconds - time.monotonic()),
                     )
                 with suppress(TimeoutError):
                     async with asyncio.timeout(wait):
@@ -230,7 +233,9 @@ class Daemon:
             # The checkpoint is written beside the loop, one at a time: a slow disk holds the
             # publishing back, never the reading (batches waiting would be read as late).
             # A node that has just caught up (a backlog read) is shown at once, not a second on.
-            due = self.publish_seconds if not self._caught_up_now else CAUGHT_UP_PUBLISH_S
+            due = (
+                self.publish_seconds if not self._caught_up_now else self.caught_up_publish_seconds
+            )
             if mono - last_publish >= due and (publishing is None or publishing.done()):
                 self._caught_up_now = False
                 publishing = tg.create_task(self._checkpoint_then_publish(), name="checkpoint")

@@ -973,8 +973,8 @@ def test_restart_resumes_the_served_counters_and_counts_nothing_twice(
 
 
 def test_shutdown_writes_a_last_checkpoint_of_everything_applied(tmp_path: Path) -> None:
-    """With the clock stopped nothing is checkpointed (nor published) while it runs; stopping it
-    writes what it applied, and the next daemon serves that from its first scrape."""
+    """With publishing held off nothing is checkpointed (nor published) while it runs; stopping
+    it writes what it applied, and the next daemon serves that from its first scrape."""
     paths = write_dumps(tmp_path)
     lines = line_counts(paths)
     cfg = config_for(paths)
@@ -983,7 +983,8 @@ def test_shutdown_writes_a_last_checkpoint_of_everything_applied(tmp_path: Path)
     def applied(d: DaemonThread) -> bool:  # what the ingest loop holds, not what it serves
         return all(d.daemon.acc.nodes[n].entries == k for n, k in lines.items())
 
-    with start_daemon(cfg, clock) as d1:
+    held = Daemon(cfg, clock=clock, publish_seconds=3600, caught_up_publish_seconds=3600)
+    with DaemonThread(held) as d1:
         wait_for(lambda: applied(d1), 20, "every line applied")
         assert not (cfg.state_dir / NAME).exists()
         assert total(parse_metrics(d1.metrics()), "smllm_source_entries_total") == 0
