@@ -1,6 +1,6 @@
 """Benchmark reading a unit's entries from a journal file against `journalctl -o json`, entries/s.
 
-    .venv/bin/python bench/journal.py                      # 200,000 entries, best of 3
+    .venv/bin/python bench/journal.py                      # 200,000 entries, medians of 3
     .venv/bin/python bench/journal.py --entries 50000 --repeat 5
     .venv/bin/python bench/journal.py --profile            # and where our time goes (cProfile)
 
@@ -17,10 +17,10 @@ comes from another unit: ssh, cron, timesyncd, the node exporter, and a second l
 (`sm-llm-embed.service`) whose timing lines must not be counted. Timestamps strictly increase.
 `journalctl --file` must report every generated entry in the file before anything is timed.
 
-Timed on the same file in the same run, round-robin, best of `--repeat` each (the file is in the
-page cache for all of them):
-- ours: `JournalSource(node, "sm-llm.service", since_us=0, files=(path,))`, `_open()`, then
-  `step()` until a caught-up Batch, then `_close()`: the daemon's reading path run synchronously
+Timed on the same file in the same run, round-robin, the median of `--repeat` each (the file is
+in the page cache for all of them), the garbage collector tuned as the service tunes it:
+- ours: `JournalSource(node, "sm-llm.service", since_us=0, files=(path,))`, `open()`, then
+  `step()` until a caught-up Batch, then `close()`: the daemon's reading path run synchronously
   (raw `_get` of the few fields needed, MESSAGE tested for a keyword before it is decoded);
 - journalctl | json.loads, the baseline: `journalctl --file PATH -u sm-llm.service -o json`
   as a subprocess, its stdout read line by line and every line `json.loads`-ed, the whole
@@ -37,25 +37,33 @@ exit 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
-import cProfile
-import gc
 import heapq
-import io
 import json
-import pstats
 import random
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from _common import (
+    JOURNAL_REMOTE,
+    Row,
+    Tool,
+    arguments,
+    journal_remote,
+    measure,
+    missing,
+    profile,
+    ratio_table,
+    timed,
+    tuned_gc,
+    verdict,
+)
 from systemd import journal
 
 from exporter.demo import DemoLine, node_lines
@@ -70,7 +78,6 @@ UPTIME_US = 3 * 86_400 * SECOND + 417_123_456  # the boot's age at the first ent
 GOAL = 5.0  # times the baseline's entries/s
 DEFAULT_ENTRIES = 200_000
 OTHER_SHARE = 0.1  # entries of other units
-JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
 TIMING = "total time"
 
 _TASK = re.compile(r"\| task (\d+) \|")
@@ -249,15 +256,10 @@ def generate(path: Path, n: int, seed: int) -> Journal:
     """Write an `n`-entry journal file to `path` (it must end in `.journal`); see the module
     docstring. Raises RuntimeError if journal-remote fails or the file lacks entries."""
     boot_id = f"{random.Random(f'{seed}:boot').getrandbits(128):032x}"
-    unit_entries = unit_timing = unit_keyword = other_timing = export_size = 0
-    buf: list[str] = []
-    with subprocess.Popen(
-        [JOURNAL_REMOTE, "-o", str(path), "-"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    ) as proc:
-        assert proc.stdin is not None and proc.stderr is not None
+    unit_entries = unit_timing = unit_keyword = other_timing = 0
+
+    def export() -> Iterator[str]:
+        nonlocal unit_entries, unit_timing, unit_keyword, other_timing
         for e in entries(n, seed):
             if e.unit == UNIT:
                 unit_entries += 1
@@ -266,19 +268,9 @@ def generate(path: Path, n: int, seed: int) -> Journal:
                 unit_keyword += any(k in raw for k in KEYWORDS)
             else:
                 other_timing += TIMING in e.message
-            buf.append(_export(e, boot_id))
-            if len(buf) >= 16_384:
-                data = "".join(buf).encode()
-                export_size += len(data)
-                proc.stdin.write(data)
-                buf.clear()
-        data = "".join(buf).encode()
-        export_size += len(data)
-        proc.stdin.write(data)
-        proc.stdin.close()
-        err = proc.stderr.read().decode(errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"{JOURNAL_REMOTE} exited {proc.returncode}: {err[-2000:]}")
+            yield _export(e, boot_id)
+
+    export_size = journal_remote(path, export())
     in_file = journal_entries(path)
     if in_file != n:
         raise RuntimeError(f"journalctl counts {in_file} entries in {path}, generated {n}")
@@ -321,7 +313,7 @@ class Seen(NamedTuple):
 def run_ours(path: Path) -> Seen:
     """The daemon's journal path, synchronously: open, step until caught up, close."""
     source = JournalSource(NODE, UNIT, since_us=0, files=(path,))
-    source._open()
+    source.open()
     n = timing = handed_on = 0
     try:
         while (batch := source.step()) is not None:
@@ -331,7 +323,7 @@ def run_ours(path: Path) -> Seen:
             if batch.caught_up:
                 break
     finally:
-        source._close()
+        source.close()
     return Seen(n, timing, handed_on)
 
 
@@ -376,32 +368,10 @@ def run_reader(path: Path) -> Seen:
     return Seen(n, timing)
 
 
-@dataclass
-class Tool:
-    label: str
-    run: Callable[[], Seen]
-    times: list[float] = field(default_factory=list)
-    seen: Seen | None = None
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def best(self) -> float:
-        return min(self.times)
-
-    def time_once(self) -> None:
-        gc.collect()
-        start = time.perf_counter()
-        seen = self.run()
-        self.times.append(time.perf_counter() - start)
-        if self.seen is not None and seen != self.seen:
-            self.problems.append(f"counted {seen} this time, {self.seen} before")
-        self.seen = seen
-
-
-def check(tool: Tool, j: Journal) -> list[str]:
+def check(tool: Tool[Seen], j: Journal) -> list[str]:
     """Where the tool's counts differ from the generated ones."""
     out = [f"{tool.label}: {p}" for p in tool.problems]
-    seen = tool.seen
+    seen = tool.value
     assert seen is not None
     if seen.entries != j.unit_entries:
         out.append(
@@ -416,48 +386,19 @@ def check(tool: Tool, j: Journal) -> list[str]:
     return out
 
 
-def table(tools: Sequence[Tool], baseline: Tool, ours: Tool, j: Journal) -> list[str]:
-    head = (
-        f"{'tool':<52} {'seconds':>8} {'unit entries/s':>15} {'file entries/s':>15}"
-        f" {'vs baseline':>12} {'goal >= ' + format(GOAL, '.0f') + 'x':>10}"
+def table(
+    tools: Sequence[Tool[Seen]], baseline: Tool[Seen], ours: Tool[Seen], j: Journal
+) -> list[str]:
+    rows = [Row(t.label, t.median, GOAL if t is ours else None) for t in tools]
+    return ratio_table(
+        rows,
+        baseline.median,
+        rates=[("unit entries/s", j.unit_entries), ("file entries/s", j.entries)],
     )
-    out = [head, "-" * len(head)]
-    for t in tools:
-        ratio = baseline.best / t.best
-        goal = "-" if t is not ours else "met" if ratio >= GOAL else "NOT met"
-        out.append(
-            f"{t.label:<52} {t.best:8.3f} {j.unit_entries / t.best:15,.0f} "
-            f"{j.entries / t.best:15,.0f} {ratio:11.2f}x {goal:>10}"
-        )
-    return out
-
-
-def profile(path: Path, top: int = 15) -> str:
-    prof = cProfile.Profile()
-    prof.enable()
-    run_ours(path)
-    prof.disable()
-    out = io.StringIO()
-    for key in ("tottime", "cumulative"):
-        out.write(f"\n-- ours, journal source: top {top} by {key} --\n")
-        stats = pstats.Stats(prof, stream=out)
-        stats.strip_dirs().sort_stats(key).print_stats(top)
-    return out.getvalue()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument(
-        "--entries",
-        type=int,
-        default=DEFAULT_ENTRIES,
-        metavar="N",
-        help=f"entries in the journal file (default {DEFAULT_ENTRIES:,})",
-    )
-    ap.add_argument(
-        "--repeat", type=int, default=3, metavar="K", help="best of K runs each (default 3)"
-    )
-    ap.add_argument("--random-seed", type=int, default=1, metavar="S", help="workload seed")
+    ap = arguments(__doc__, "entries", DEFAULT_ENTRIES, "entries in the journal file")
     ap.add_argument(
         "--no-reader", action="store_true", help="leave out the high-level Reader reference"
     )
@@ -468,34 +409,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.entries < 1:
         ap.error("--entries must be at least 1")
     journalctl = shutil.which("journalctl")
-    if journalctl is None or not Path(JOURNAL_REMOTE).exists():
-        print(
-            f"bench/journal: needs journalctl and {JOURNAL_REMOTE} "
-            "(Debian packages systemd and systemd-journal-remote)",
-            file=sys.stderr,
+    if journalctl is None or not JOURNAL_REMOTE.exists():
+        return missing(
+            "journal",
+            f"journalctl and {JOURNAL_REMOTE} (Debian packages systemd and systemd-journal-remote)",
         )
-        return 2
     log = sys.stderr
     repeat = max(1, args.repeat)
     with tempfile.TemporaryDirectory(prefix="bench-journal-") as tmp:
         print(f"generating {args.entries:,} entries", file=log, flush=True)
         j = generate(Path(tmp) / f"{NODE}.journal", args.entries, args.random_seed)
         baseline = Tool(
-            f"journalctl -u {UNIT} -o json | json.loads", lambda: run_journalctl(journalctl, j.path)
+            f"journalctl -u {UNIT} -o json | json.loads",
+            timed(lambda: run_journalctl(journalctl, j.path)),
         )
         tools = [
             baseline,
-            Tool("ours: JournalSource (raw _get, keyword filter)", lambda: run_ours(j.path)),
+            Tool("ours: JournalSource (raw _get, keyword filter)", timed(lambda: run_ours(j.path))),
         ]
         if not args.no_reader:
             tools.append(
-                Tool("systemd.journal.Reader (default converters)", lambda: run_reader(j.path))
+                Tool(
+                    "systemd.journal.Reader (default converters)",
+                    timed(lambda: run_reader(j.path)),
+                )
             )
-        for k in range(repeat):
-            print(f"run {k + 1} of {repeat}", file=log, flush=True)
-            for t in tools:
-                t.time_once()
-                print(f"  {t.label}: {t.times[-1]:.3f} s", file=log, flush=True)
+        tuned_gc()  # the garbage collector as the service runs it
+        measure(tools, repeat, log)
         problems = [p for t in tools for p in check(t, j)]
         version = subprocess.run(
             [journalctl, "--version"], capture_output=True, text=True, check=False
@@ -503,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         others = j.entries - j.unit_entries
         print(
             f"bench/journal: one node's {j.entries:,}-entry journal file ({j.size / 1e6:.1f} MB, "
-            f"from {j.export_size / 1e6:.1f} MB of export format), best of {repeat}, "
+            f"from {j.export_size / 1e6:.1f} MB of export format), medians of {repeat}, "
             f"python {sys.version.split()[0]}, {version}"
         )
         print(
@@ -520,11 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for line in table(tools, baseline, tools[1], j):
             print(line)
-        ratio = baseline.best / tools[1].best
-        print(
-            f"goal >= {GOAL:.0f}x the baseline: ours {ratio:.2f}x: "
-            f"{'met' if ratio >= GOAL else 'NOT met'}"
-        )
+        ratio = baseline.median / tools[1].median
+        print(f"goal >= {GOAL:.0f}x the baseline: ours {ratio:.2f}x: {verdict(ratio >= GOAL)}")
         agree = "agree" if not problems else "DISAGREE"
         print(
             f"counts: the tools {agree} with the file's {j.unit_entries:,} {UNIT} entries and "
@@ -534,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in problems:
             print(f"  PROBLEM: {p}")
         if args.profile:
-            print(profile(j.path))
+            print(profile(lambda: run_ours(j.path), "ours, journal source"))
     return 0 if not problems else 1
 
 
