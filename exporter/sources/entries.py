@@ -59,10 +59,10 @@ class EntryDecoder:
             raise EntryError(f"not a journal JSON entry ({e})") from None
         if not isinstance(rec, dict):
             raise EntryError("not a journal JSON entry")
-        try:
-            time_us = int(rec["__REALTIME_TIMESTAMP"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise EntryError(f"not a journal JSON entry (__REALTIME_TIMESTAMP: {e})") from None
+        t = rec.get("__REALTIME_TIMESTAMP")
+        if not (isinstance(t, str) and t.isascii() and t.isdigit()):  # as journalctl writes it
+            raise EntryError(f"not a journal JSON entry (__REALTIME_TIMESTAMP: {str(t)[:40]!r})")
+        time_us = int(t)
         if not fits(time_us):
             raise EntryError(f"journal time out of range: {str(time_us)[:40]}")
         pid = rec.get("_PID") or rec.get("SYSLOG_PID") or 0
@@ -88,6 +88,8 @@ class EntryDecoder:
         us = (self._hour_s + mm * 60 + ss) * 1_000_000
         if frac:
             us += int(frac) * _FRACTION[len(frac)]
+        if not fits(us):  # (a leap second at the very end of 9999)
+            raise EntryError(f"journal time out of range: {m.group()[:32]!r}")
         message = raw[m.end() :].decode("utf-8", "replace")
         if message[-1:] == "\r":
             message = message[:-1]
