@@ -49,7 +49,7 @@ typecheck: venv
 # The suite, then the parser, line-layer and reader tests once more on the pure-Python
 # references (the one switch, SMLLM_PURE_PYTHON=1), so they are proven by the suite too.
 PURE_TESTS ?= tests/test_parse.py tests/test_entries.py tests/test_lines.py tests/test_fuzz.py \
-	tests/test_file_source.py tests/test_accounting.py tests/test_accounting_speedups.py
+	tests/test_file_source.py tests/test_accounting.py tests/test_daemon.py
 
 pytest: venv
 	$(BIN)/pytest
