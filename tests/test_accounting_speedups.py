@@ -13,7 +13,6 @@ watermarks moving in between, and checkpoint round trips, also of crafted states
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -37,16 +36,11 @@ from exporter.accounting import (
 from exporter.kinds import DEFAULT_RULES, KindRule, Kinds
 from exporter.logline import Event, EventKind, Interval, Record
 
-from support.tools import IN_CI
+from support.tools import require_compiled
 
-if _compiled.accounting is None:  # pragma: no cover
-    if os.environ.get(_compiled.ENV, "") not in ("", "0"):
-        pytest.skip(f"compiled paths switched off ({_compiled.ENV})", allow_module_level=True)
-    if IN_CI:
-        pytest.fail("exporter._accounting is not built; `make test` builds it (needs gcc)")
-    pytest.skip("_accounting not built (not CI; make test installs gcc)", allow_module_level=True)
+require_compiled(_compiled.accounting, "_accounting")
 
-from exporter import _accounting  # the module _compiled loaded, typed by _accounting.pyi
+from exporter import _accounting  # noqa: E402 (the module _compiled loaded; _accounting.pyi)
 
 NODES = ("node0", "node1", "node2")
 ORIGIN = 1_790_000_000 * SECOND

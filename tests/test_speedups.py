@@ -12,7 +12,6 @@ input at the same pairs.)
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,16 +26,11 @@ from exporter.sources.entries import EntryDecoder, EntryError
 from exporter.sources.lines import KEYWORDS, MAX_LINE, find_lines
 from exporter.times import MAX_TIME_US
 
-from conftest import IN_CI
+from support.tools import require_compiled
 
-if _compiled.speedups is None:  # pragma: no cover
-    if os.environ.get(_compiled.ENV, "") not in ("", "0"):
-        pytest.skip(f"compiled paths switched off ({_compiled.ENV})", allow_module_level=True)
-    if IN_CI:
-        pytest.fail("exporter._speedups is not built; `make test` builds it (needs gcc)")
-    pytest.skip("_speedups not built (not CI; make test installs gcc)", allow_module_level=True)
+require_compiled(_compiled.speedups, "_speedups")
 
-from exporter import _speedups  # the module _compiled loaded, typed by _speedups.pyi
+from exporter import _speedups  # noqa: E402 (the module _compiled loaded; _speedups.pyi)
 
 NODE = "node0"
 

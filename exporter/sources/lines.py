@@ -51,11 +51,6 @@ def find_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def may_matter(data: bytes) -> bool:
-    """Does `data` (one MESSAGE, or one line) hold a keyword?"""
-    return any(k in data for k in PARSER_KEYWORDS)
-
-
 def _scan(
     data: bytes | memoryview, node: str, since_us: int, max_line: int
 ) -> tuple[list[bytes | LogLine], int, int]:

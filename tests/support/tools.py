@@ -91,3 +91,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def require_compiled(module: object, name: str) -> None:
+    """At a test module's top: skip it when the compiled paths are switched off
+    (SMLLM_PURE_PYTHON) or, outside CI, not built; in CI a module not built fails."""
+    from exporter import _compiled
+
+    if module is not None:
+        return
+    if os.environ.get(_compiled.ENV, "") not in ("", "0"):
+        pytest.skip(f"compiled paths switched off ({_compiled.ENV})", allow_module_level=True)
+    if IN_CI:
+        pytest.fail(f"exporter.{name} is not built; `make test` builds it (needs gcc)")
+    pytest.skip(f"{name} not built (not CI; make test installs gcc)", allow_module_level=True)
