@@ -62,7 +62,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -71,9 +70,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # support/, shared
 from _common import (
     JOURNAL_REMOTE,
     Row,
@@ -98,6 +97,9 @@ from exporter.kinds import DEFAULT_RULES, Kinds
 from exporter.parse import KEYWORDS, Parser
 from exporter.pipeline import apply_batch
 from exporter.sources.file import FileSource
+from exporter.times import iso
+
+from support.tools import free_port
 
 NODE = "node0"
 UNIT = "sm-llm.service"
@@ -607,13 +609,9 @@ def _command(profile_to: Path | None = None) -> list[str]:
     return run if script.exists() else [sys.executable, *run]
 
 
-def _iso(us: int) -> str:
-    return datetime.fromtimestamp(us // SECOND, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-
-
 def report_command(d: Dump, profile_to: Path | None = None) -> list[str]:
     since_us, until_us = _clock(d)
-    since, until = _iso(since_us), _iso(until_us)
+    since, until = iso(since_us), iso(until_us)
     return [
         *_command(profile_to),
         "report",
@@ -661,15 +659,8 @@ def scraped(text: str) -> Totals:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def daemon_config(d: Dump, state: Path, port: int) -> str:
-    since = _iso(_clock(d)[0])
+    since = iso(_clock(d)[0])
     return (
         f'listen: "127.0.0.1:{port}"\n'
         f"state_dir: {json.dumps(str(state))}\n"

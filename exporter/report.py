@@ -62,11 +62,8 @@ class Builder:
 
     def add(self, batch: Batch) -> None:
         node = batch.node
-        kept = self.errors[node]
         for error in batch.errors:  # an unreadable line still counts, as a parse error
-            self.acc.add(Event(node, self.since_us, EventKind.PARSE_ERROR, detail=error))
-            if len(kept) < ERRORS_KEPT:
-                kept.append(error)
+            self._add(Event(node, self.since_us, _PARSE_ERROR, detail=error))
         self._add_all(self.parsers[node].feed_all(batch.lines))
 
     def finish(self) -> Report:
@@ -114,7 +111,7 @@ class Builder:
                 self.acc.add(rec, count=False)
             return
         assert isinstance(rec, Event)
-        if rec.kind is EventKind.PARSE_ERROR:
+        if rec.kind is _PARSE_ERROR:
             self.acc.add(rec)
             kept = self.errors[rec.node]
             if len(kept) < ERRORS_KEPT:

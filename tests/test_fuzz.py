@@ -15,7 +15,6 @@ import json
 import os
 from types import ModuleType
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +25,7 @@ from exporter.sources.entries import EntryDecoder, EntryError
 from exporter.sources.lines import KEYWORDS, MAX_LINE, find_lines
 from exporter.times import MAX_TIME_US
 
-from conftest import IN_CI
+from support.tools import require_compiled
 
 NODE = "node0"
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,14 +37,10 @@ def switched_off() -> bool:
 
 
 def compiled() -> ModuleType:
-    """The compiled module; a test of it skips where it is switched off or (not in CI) absent."""
-    if _compiled.speedups is not None:
-        return _compiled.speedups
-    if switched_off():
-        pytest.skip(f"compiled paths switched off ({_compiled.ENV})")
-    if IN_CI:  # pragma: no cover
-        pytest.fail("exporter._speedups is not built; `make test` builds it (needs gcc)")
-    pytest.skip("_speedups not built (not CI; make test installs gcc)")  # pragma: no cover
+    """The compiled module (the tests ask for it only where it is not switched off)."""
+    require_compiled(_compiled.speedups, "_speedups")
+    assert _compiled.speedups is not None
+    return _compiled.speedups
 
 
 # -- bytes ---------------------------------------------------------------------------------------

@@ -35,7 +35,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from exporter import sources
 from exporter.accounting import SECOND, Snapshot
 from exporter.config import Config, JournalNode
 from exporter.daemon import Daemon
@@ -45,7 +44,7 @@ from exporter.logline import Batch, Interval, LogLine
 from exporter.parse import KEYWORDS, Parser
 
 from conftest import IN_CI, Samples, free_port, http_get, parse_metrics, sample, wait_for
-from support.dumps import dump_lines, report_of_dumps
+from support.dumps import dump_lines, report_of_dumps, window_batches
 
 if TYPE_CHECKING:
     from exporter.sources.journal import JournalSource
@@ -1074,10 +1073,6 @@ def test_report_on_journal_nodes_equals_report_on_dumps(tmp_path: Path) -> None:
     assert figures["since"] == since / SECOND and figures["until"] == until / SECOND
 
     # the journal is sought to the window: nothing before `since` is read
-    journal_node = JournalNode("a", UNIT, directory=journals)
-
-    async def read() -> list[LogLine]:
-        return [x async for b in sources.window(journal_node, since, until) for x in b.lines]
-
-    got = [x for x in asyncio.run(read()) if x.time_us <= until]
+    batches = window_batches(JournalNode("a", UNIT, directory=journals), since, until)
+    got = [x for b in batches for x in b.lines if x.time_us <= until]
     assert got == [x for x in lines_of(entries, "a") if since <= x.time_us <= until]

@@ -125,16 +125,8 @@ class FileSource:
         return self._batch(chunk, self._said_caught_up)
 
     def _batch(self, chunk: Chunk, caught_up: bool) -> Batch:
-        return Batch(
-            self.node,
-            tuple(chunk.lines),
-            entries=chunk.entries,
-            newest_us=chunk.newest_us,
-            position=str(FilePosition(self._dev, self._ino, self._reader.offset)),
-            caught_up=caught_up,
-            errors=tuple(chunk.errors),
-            gap=self._take_gap(),
-        )
+        position = str(FilePosition(self._dev, self._ino, self._reader.offset))
+        return chunk.batch(self.node, position=position, caught_up=caught_up, gap=self._take_gap())
 
     def _take_gap(self) -> bool:
         gap, self._gap = self._gap, False
@@ -225,14 +217,7 @@ async def window(node: str, path: Path, since_us: int, until_us: int) -> AsyncIt
     try:
         while True:
             chunk, more = next_chunk() if regular else await asyncio.to_thread(next_chunk)
-            yield Batch(
-                node,
-                tuple(chunk.lines),
-                entries=chunk.entries,
-                newest_us=chunk.newest_us,
-                caught_up=not more,
-                errors=tuple(chunk.errors),
-            )
+            yield chunk.batch(node, caught_up=not more)
             if not more or (chunk.newest_us is not None and chunk.newest_us > until_us):
                 return
     finally:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exporter._compiled import speedups
-from exporter.logline import LogLine
+from exporter.logline import Batch, LogLine
 from exporter.parse import KEYWORDS as PARSER_KEYWORDS
 from exporter.sources.entries import EntryDecoder, EntryError
 
@@ -78,6 +78,19 @@ class Chunk:
     entries: int = 0
     newest_us: int | None = None
     cursor: str = ""  # of the newest entry that has one ("" for short-iso text)
+
+    def batch(self, node: str, *, position: str = "", caught_up: bool, gap: bool = False) -> Batch:
+        """What a source hands over of this chunk."""
+        return Batch(
+            node,
+            tuple(self.lines),
+            entries=self.entries,
+            newest_us=self.newest_us,
+            position=position,
+            caught_up=caught_up,
+            errors=tuple(self.errors),
+            gap=gap,
+        )
 
 
 class LineReader:

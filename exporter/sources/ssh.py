@@ -312,15 +312,7 @@ class SshSource:
             self.cursor = chunk.cursor
         if not caught_up and newest:
             caught_up = self.cursor == newest or _holds(tail, data, newest.encode())
-        return Batch(
-            self.node.name,
-            tuple(chunk.lines),
-            entries=chunk.entries,
-            newest_us=chunk.newest_us,
-            position=self.cursor,
-            caught_up=caught_up,
-            errors=tuple(chunk.errors),
-        )
+        return chunk.batch(self.node.name, position=self.cursor, caught_up=caught_up)
 
 
 class _Ticks:
@@ -550,14 +542,7 @@ async def window(
                     reached = chunk.newest_us if chunk.newest_us is not None else reached
                     if progress is not None:
                         progress(node.name, entries, reached)
-                    yield Batch(
-                        node.name,
-                        tuple(chunk.lines),
-                        entries=chunk.entries,
-                        newest_us=chunk.newest_us,
-                        errors=tuple(chunk.errors),
-                        caught_up=not data,
-                    )
+                    yield chunk.batch(node.name, caught_up=not data)
                     if not data:
                         break
                 status = await process.wait(check=False, timeout=30)

@@ -94,14 +94,14 @@ def free_port() -> int:
 
 
 def require_compiled(module: object, name: str) -> None:
-    """At a test module's top: skip it when the compiled paths are switched off
-    (SMLLM_PURE_PYTHON) or, outside CI, not built; in CI a module not built fails."""
+    """For tests of a compiled module (at a test module's top, or in a test): in CI a module
+    not built, or switched off with SMLLM_PURE_PYTHON (the test command's pure-Python rerun
+    leaves these files out), fails; elsewhere it skips."""
     from exporter import _compiled
 
     if module is not None:
         return
-    if os.environ.get(_compiled.ENV, "") not in ("", "0"):
-        pytest.skip(f"compiled paths switched off ({_compiled.ENV})", allow_module_level=True)
+    why = f"exporter.{name} is not built or is switched off ({_compiled.ENV})"
     if IN_CI:
-        pytest.fail(f"exporter.{name} is not built; `make test` builds it (needs gcc)")
-    pytest.skip(f"{name} not built (not CI; make test installs gcc)", allow_module_level=True)
+        pytest.fail(f"{why}; `make test` builds it (needs gcc) and runs this file compiled")
+    pytest.skip(f"{why} (not CI; make test installs gcc)", allow_module_level=True)
