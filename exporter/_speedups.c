@@ -269,8 +269,10 @@ static const struct {
                       FIELD("MESSAGE")};
 
 static int json_field(const char *s, Py_ssize_t n) {
-    for (int f = 0; f < F_N; f++)
-        if (n == json_fields[f].len && memcmp(s, json_fields[f].name, (size_t)n) == 0) return f;
+    for (int f = 0; f < F_N; f++) /* (the length and the last byte first: no call for most) */
+        if (n == json_fields[f].len && s[n - 1] == json_fields[f].name[n - 1] &&
+            memcmp(s, json_fields[f].name, (size_t)n) == 0)
+            return f;
     return -1;
 }
 
@@ -405,10 +407,208 @@ static PyObject *log_line(PyTypeObject *line_type, PyObject *node, PyObject *emp
     return line;
 }
 
-/* Newlines in a buffer: a loop the compiler vectorizes. */
-__attribute__((optimize("O3"))) static Py_ssize_t count_newlines(const char *s, Py_ssize_t n) {
-    Py_ssize_t count = 0;
-    for (Py_ssize_t i = 0; i < n; i++) count += s[i] == '\n';
+/* ---- Lines: a chunk's keyword lines, decoded but not yet made into LogLines ---------------- */
+
+/* One line of a Lines: its LogLine when made (joined from a list, made on access, or an escaped
+ * JSON entry made by scan), else where it is in a buffer the Lines holds and what scan found. */
+typedef struct {
+    PyObject *obj;
+    const char *line;
+    Found d;
+} Item;
+
+/* A sequence of LogLines whose items are made only when asked for: `feed` reads the common
+ * lines straight from the bytes, so a run of them costs no LogLine at all. */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    Item *items;
+    Py_buffer view; /* the bytes the items point into (scan), when has_view */
+    int has_view;
+    PyObject *owners; /* the joined Lines whose buffers the items point into (join), or NULL */
+    PyObject *node, *line_type, *empty, *last_pid;
+    long long last_pid_value;
+} Lines;
+
+static PyTypeObject LinesType;
+
+static void lines_dealloc(Lines *self) {
+    for (Py_ssize_t j = 0; j < self->n; j++) Py_XDECREF(self->items[j].obj);
+    PyMem_Free(self->items);
+    if (self->has_view) PyBuffer_Release(&self->view);
+    Py_XDECREF(self->owners), Py_XDECREF(self->node), Py_XDECREF(self->line_type);
+    Py_XDECREF(self->empty), Py_XDECREF(self->last_pid);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Lines *lines_new(Py_ssize_t n, PyObject *node, PyObject *line_type, PyObject *empty) {
+    Lines *self = PyObject_New(Lines, &LinesType);
+    if (self == NULL) return NULL;
+    self->n = 0, self->has_view = 0, self->owners = NULL, self->last_pid = NULL;
+    self->last_pid_value = 0;
+    self->node = Py_XNewRef(node), self->line_type = Py_XNewRef(line_type);
+    self->empty = Py_XNewRef(empty);
+    self->items = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(Item));
+    if (self->items == NULL) {
+        Py_DECREF(self);
+        return (Lines *)PyErr_NoMemory();
+    }
+    return self;
+}
+
+static Py_ssize_t lines_len(Lines *self) { return self->n; }
+
+/* Item j as its LogLine (a new reference), made once. */
+static PyObject *lines_obj(Lines *self, Py_ssize_t j) {
+    Item *it = &self->items[j];
+    if (it->obj == NULL) {
+        it->obj = log_line((PyTypeObject *)self->line_type, self->node, self->empty,
+                           &self->last_pid, &self->last_pid_value, it->line, &it->d);
+        if (it->obj == NULL) return NULL;
+    }
+    return Py_NewRef(it->obj);
+}
+
+static PyObject *lines_item(Lines *self, Py_ssize_t j) {
+    if (j < 0 || j >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "Lines index out of range");
+        return NULL;
+    }
+    return lines_obj(self, j);
+}
+
+/* lines[i] or lines[a:b:c] (a tuple) */
+static PyObject *lines_subscript(Lines *self, PyObject *key) {
+    if (PyIndex_Check(key)) {
+        Py_ssize_t j = PyNumber_AsSsize_t(key, PyExc_IndexError);
+        if (j == -1 && PyErr_Occurred()) return NULL;
+        return lines_item(self, j < 0 ? j + self->n : j);
+    }
+    if (!PySlice_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "Lines indices must be integers or slices, not %.100s",
+                     Py_TYPE(key)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t a, b, step;
+    if (PySlice_Unpack(key, &a, &b, &step) < 0) return NULL;
+    Py_ssize_t k = PySlice_AdjustIndices(self->n, &a, &b, step);
+    PyObject *t = PyTuple_New(k);
+    for (Py_ssize_t j = 0; t != NULL && j < k; j++) {
+        PyObject *v = lines_obj(self, a + j * step);
+        if (v == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, j, v);
+    }
+    return t;
+}
+
+static PyObject *lines_richcompare(PyObject *self, PyObject *other, int op) {
+    if ((op != Py_EQ && op != Py_NE) ||
+        !(PyTuple_Check(other) || PyList_Check(other) || Py_TYPE(other) == &LinesType))
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *a = PySequence_Tuple(self), *b = PySequence_Tuple(other), *r = NULL;
+    if (a != NULL && b != NULL) r = PyObject_RichCompare(a, b, op);
+    Py_XDECREF(a), Py_XDECREF(b);
+    return r;
+}
+
+static PyObject *lines_repr(Lines *self) {
+    return PyUnicode_FromFormat("<Lines of %zd>", self->n);
+}
+
+static PySequenceMethods lines_as_sequence = {
+    .sq_length = (lenfunc)lines_len,
+    .sq_item = (ssizeargfunc)lines_item,
+};
+
+static PyMappingMethods lines_as_mapping = {
+    .mp_length = (lenfunc)lines_len,
+    .mp_subscript = (binaryfunc)lines_subscript,
+};
+
+static PyTypeObject LinesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "exporter._speedups.Lines",
+    .tp_basicsize = sizeof(Lines),
+    .tp_dealloc = (destructor)lines_dealloc,
+    .tp_repr = (reprfunc)lines_repr,
+    .tp_as_sequence = &lines_as_sequence,
+    .tp_as_mapping = &lines_as_mapping,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_richcompare = lines_richcompare,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A sequence of LogLines, each made when first asked for (see scan).",
+};
+
+/* join(parts) -> the LogLines of every part, in order: one Lines when a part is a Lines (the
+ * parts kept alive by it), else a tuple. */
+static PyObject *join(PyObject *self, PyObject *arg) {
+    PyObject *parts = PySequence_Tuple(arg);
+    if (parts == NULL) return NULL;
+    Py_ssize_t n = 0, np = PyTuple_GET_SIZE(parts);
+    Lines *first = NULL, *out = NULL;
+    for (Py_ssize_t k = 0; k < np; k++) {
+        PyObject *p = PyTuple_GET_ITEM(parts, k);
+        if (Py_TYPE(p) == &LinesType && first == NULL) first = (Lines *)p;
+        Py_ssize_t len = PyObject_Length(p);
+        if (len < 0) goto fail;
+        n += len;
+    }
+    if (first == NULL) { /* only LogLines made already */
+        PyObject *all = PyList_New(0);
+        for (Py_ssize_t k = 0; all != NULL && k < np; k++) {
+            PyObject *r = PySequence_InPlaceConcat(all, PyTuple_GET_ITEM(parts, k));
+            if (r == NULL) Py_CLEAR(all);
+            Py_XDECREF(r);
+        }
+        Py_DECREF(parts);
+        if (all == NULL) return NULL;
+        PyObject *t = PyList_AsTuple(all);
+        Py_DECREF(all);
+        return t;
+    }
+    if ((out = lines_new(n, first->node, first->line_type, first->empty)) == NULL) goto fail;
+    for (Py_ssize_t k = 0; k < np; k++) {
+        PyObject *p = PyTuple_GET_ITEM(parts, k);
+        if (Py_TYPE(p) == &LinesType) {
+            Lines *l = (Lines *)p;
+            for (Py_ssize_t j = 0; j < l->n && out->n < n; j++) {
+                out->items[out->n] = l->items[j];
+                Py_XINCREF(l->items[j].obj);
+                out->n++;
+            }
+            continue;
+        }
+        PyObject *seq = PySequence_Fast(p, "join() takes sequences of LogLines");
+        if (seq == NULL) goto fail;
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq) && out->n < n; j++) {
+            Item *it = &out->items[out->n++];
+            memset(it, 0, sizeof *it);
+            it->obj = Py_NewRef(PySequence_Fast_GET_ITEM(seq, j));
+        }
+        Py_DECREF(seq);
+    }
+    out->owners = parts; /* the Lines parts hold the buffers the items point into */
+    return (PyObject *)out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(parts);
+    return NULL;
+}
+
+/* Newlines in a buffer: 16 bytes a step, each match subtracting -1 from a byte counter that is
+ * summed (psadbw) before it can wrap. */
+static Py_ssize_t count_newlines(const char *s, Py_ssize_t n) {
+    Py_ssize_t count = 0, i = 0;
+#if defined(__SSE2__)
+    const __m128i nl = _mm_set1_epi8('\n'), zero = _mm_setzero_si128();
+    while (i + 16 <= n) {
+        __m128i acc = _mm_setzero_si128();
+        for (int k = 0; k < 255 && i + 16 <= n; k++, i += 16)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + i)), nl));
+        __m128i sums = _mm_sad_epu8(acc, zero);
+        count += _mm_cvtsi128_si32(sums) + _mm_cvtsi128_si32(_mm_srli_si128(sums, 8));
+    }
+#endif
+    for (; i < n; i++) count += s[i] == '\n';
     return count;
 }
 
@@ -440,7 +640,8 @@ static Py_ssize_t keyword_starts(const char *s, Py_ssize_t n, const char *const 
         Py_ssize_t w = pos - m + 1;
         int hit = 0;
         for (int k = 0; k < nkw && !hit; k++)
-            hit = w + lens[k] <= n && memcmp(s + w, kws[k], (size_t)lens[k]) == 0;
+            hit = w + lens[k] <= n && s[w] == kws[k][0] && s[w + 1] == kws[k][1] &&
+                  memcmp(s + w, kws[k], (size_t)lens[k]) == 0;
         if (!hit) {
             pos++;
             continue;
@@ -546,9 +747,41 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         goto fail;
     }
     Py_ssize_t raw = 0;
-    lines = PyList_New(0);
     empty = PyUnicode_New(0, 0);
-    if (lines == NULL || empty == NULL) goto fail;
+    if (empty == NULL) goto fail;
+    for (Py_ssize_t j = 0; j < count; j++) raw += !found[j].ok;
+    if (raw == 0) { /* every line decoded (the usual case): a Lines holding the bytes */
+        Lines *l = lines_new(count, node, (PyObject *)line_type, empty);
+        if (l == NULL) goto fail;
+        for (Py_ssize_t j = 0; j < count && l != NULL; j++) {
+            Item *it = &l->items[l->n];
+            if (found[j].time_us < since_us) continue;
+            it->obj = NULL, it->line = buf + starts[j], it->d = found[j];
+            l->n++;
+            if (it->d.shape == SHAPE_JSON && (it->d.msg_esc || it->d.cur_esc)) {
+                /* made now: should the decoder refuse it after all, it is handed back raw */
+                it->obj = log_line(line_type, node, empty, &l->last_pid, &l->last_pid_value,
+                                   it->line, &it->d);
+                if (it->obj == NULL) {
+                    l->n--;
+                    Py_CLEAR(l);
+                    if (PyErr_ExceptionMatches(PyExc_MemoryError)) goto fail;
+                    PyErr_Clear();
+                }
+            }
+        }
+        if (l != NULL) {
+            if (l->n > 0) { /* the items point into the bytes: the Lines holds them */
+                l->view = data, l->has_view = 1;
+                data.obj = NULL, data.buf = NULL;
+            }
+            out = Py_BuildValue("(Nnn)", (PyObject *)l, newlines, (Py_ssize_t)0);
+            goto fail; /* (the common exit) */
+        }
+    }
+    raw = 0;
+    lines = PyList_New(0);
+    if (lines == NULL) goto fail;
     for (Py_ssize_t j = 0; j < count; j++) {
         const char *line = buf + starts[j];
         const Found *d = &found[j];
@@ -578,7 +811,7 @@ fail:
     Py_XDECREF(last_pid);
     PyMem_RawFree(found);
     PyMem_RawFree(starts);
-    PyBuffer_Release(&data);
+    if (data.obj != NULL) PyBuffer_Release(&data);
     return out;
 }
 
@@ -690,6 +923,8 @@ typedef struct {
 
 /* 1 and `t` filled when `msg` is a common era C/D slot line read exactly as parse.tokenize
  * reads it; 0 to hand it back to the reference. */
+static int ascii_token(const char *s, Py_ssize_t n, Tok *t);
+
 static int read_token(PyObject *msg, Tok *t) {
     /* an exact, ready, ASCII str (a subclass may read differently: the reference's) */
     if (!PyUnicode_CheckExact(msg)) return 0;
@@ -700,7 +935,19 @@ static int read_token(PyObject *msg, Tok *t) {
     }
 #endif
     if (!PyUnicode_IS_ASCII(msg)) return 0;
-    Cursor c = {(const char *)PyUnicode_1BYTE_DATA(msg), PyUnicode_GET_LENGTH(msg), 0};
+    return ascii_token((const char *)PyUnicode_1BYTE_DATA(msg), PyUnicode_GET_LENGTH(msg), t);
+}
+
+/* read_token on a message's bytes: the same answer, as its str is ASCII and equal to them. */
+static int bytes_token(const char *s, Py_ssize_t n, Tok *t) {
+    unsigned char high = 0;
+    for (Py_ssize_t k = 0; k < n; k++) high |= (unsigned char)s[k];
+    return high < 0x80 && ascii_token(s, n, t);
+}
+
+/* read_token on ASCII text s[0:n]. */
+static int ascii_token(const char *s, Py_ssize_t n, Tok *t) {
+    Cursor c = {s, n, 0};
     /* an optional log prefix of digits, dots, spaces and level letters (`50.10.605.993 I `) */
     while (c.i < c.n && (is_digit(c.s[c.i]) || c.s[c.i] == '.' || c.s[c.i] == ' ' ||
                          (c.s[c.i] >= 'A' && c.s[c.i] <= 'Z')))
@@ -848,10 +1095,9 @@ static PyObject *pair(long long a, long long b) {
 
 /* One common line's token applied as Parser.feed_all applies it: 1 done, 0 hand back (the line
  * would add a pending stop, which Python decides), -1 on error. */
-static int apply(const Tok *t, PyObject *line, long long end, PyObject *node, Block *b,
-                 PyObject *started, PyObject *last_timed, PyObject *const *types,
+static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyObject *node,
+                 Block *b, PyObject *started, PyObject *last_timed, PyObject *const *types,
                  Py_ssize_t max_started, PyObject *out) {
-    PyObject *time = PyTuple_GET_ITEM(line, 1), *pid = PyTuple_GET_ITEM(line, 3);
     int matches = (!b->has[B_TASK] || b->v[B_TASK] == t->task) &&
                   (!b->has[B_SLOT] || b->v[B_SLOT] == t->slot);
     switch (t->kind) {
@@ -881,7 +1127,7 @@ static int apply(const Tok *t, PyObject *line, long long end, PyObject *node, Bl
         PyObject *items[11] = {
             Py_NewRef(node),
             PyLong_FromLongLong(end - t->us), /* end in range, us <= a week: no overflow */
-            Py_NewRef(time),
+            time != NULL ? Py_NewRef(time) : PyLong_FromLongLong(end),
             PyLong_FromLongLong(t->count),
             opt_int(used.has[B_PROMPT_TOKENS], used.v[B_PROMPT_TOKENS]),
             opt_int(used.has[B_GENERATED_TOKENS], used.v[B_GENERATED_TOKENS]),
@@ -899,22 +1145,28 @@ static int apply(const Tok *t, PyObject *line, long long end, PyObject *node, Bl
     }
     case LAUNCH: {
         PyObject *key = pair(t->slot, t->task);
-        if (key == NULL) return -1;
-        int bad = PyDict_SetItem(started, key, time);
-        Py_DECREF(key);
-        if (bad) return -1;
+        PyObject *at = time != NULL ? Py_NewRef(time) : PyLong_FromLongLong(end);
+        int bad = key == NULL || at == NULL || PyDict_SetItem(started, key, at) < 0;
+        Py_XDECREF(key);
+        if (bad) {
+            Py_XDECREF(at);
+            return -1;
+        }
         if (PyDict_GET_SIZE(started) > max_started) { /* forget the oldest launch */
-            Py_ssize_t at = 0;
+            Py_ssize_t pos = 0;
             PyObject *oldest, *value;
-            if (PyDict_Next(started, &at, &oldest, &value)) {
+            if (PyDict_Next(started, &pos, &oldest, &value)) {
                 Py_INCREF(oldest);
                 bad = PyDict_DelItem(started, oldest);
                 Py_DECREF(oldest);
-                if (bad) return -1;
+                if (bad) {
+                    Py_DECREF(at);
+                    return -1;
+                }
             }
         }
         PyObject *items[7] = {
-            Py_NewRef(node), Py_NewRef(time), Py_NewRef(types[1]), Py_NewRef(pid),
+            Py_NewRef(node), at, Py_NewRef(types[1]), Py_NewRef(pid),
             PyLong_FromLongLong(t->slot), PyLong_FromLongLong(t->task), Py_NewRef(types[2]),
         };
         PyObject *ev = record((PyTypeObject *)types[3], items, 7);
@@ -952,13 +1204,54 @@ static int apply(const Tok *t, PyObject *line, long long end, PyObject *node, Bl
     }
 }
 
-/* feed(parser, lines, start, out, types) -> the index of the first line left to Python. */
+/* One line of feed's input as feed reads it: 1 and the fields filled when it is a LogLine (or
+ * a Lines item) of a time and PID that fit, the time in range, and a common line; else 0. The
+ * `time` and `pid` objects are borrowed, `time` NULL where the line is not made yet (`pid` then
+ * the parser's own when the values match, or 0). */
+typedef struct {
+    Tok tok;
+    long long time_us, pid;
+    PyObject *time, *pid_obj;
+} Read;
+
+static int read_tuple(PyObject *line, Read *r) {
+    if (!PyTuple_Check(line) || PyTuple_CheckExact(line) || PyTuple_GET_SIZE(line) != 5) return 0;
+    PyObject *msg = PyTuple_GET_ITEM(line, 4), *pid = PyTuple_GET_ITEM(line, 3);
+    PyObject *time = PyTuple_GET_ITEM(line, 1);
+    if (!PyLong_CheckExact(time) || !PyLong_CheckExact(pid)) return 0;
+    int time_over = 0, pid_over = 0;
+    r->time_us = PyLong_AsLongLongAndOverflow(time, &time_over);
+    r->pid = PyLong_AsLongLongAndOverflow(pid, &pid_over);
+    if (PyErr_Occurred()) { /* (exact ints: never) */
+        PyErr_Clear();
+        return 0;
+    }
+    if (time_over || pid_over || r->time_us < MIN_TIME_US || r->time_us > MAX_TIME_US) return 0;
+    r->time = time, r->pid_obj = pid;
+    return read_token(msg, &r->tok);
+}
+
+static int read_item(const Item *it, Read *r) {
+    const Found *d = &it->d;
+    if (d->shape == SHAPE_JSON && d->msg_esc) return 0; /* (made already) */
+    if (d->time_us < MIN_TIME_US || d->time_us > MAX_TIME_US) return 0;
+    r->time_us = d->time_us, r->pid = d->pid, r->time = NULL, r->pid_obj = NULL;
+    return bytes_token(it->line + d->msg, d->end - d->msg, &r->tok);
+}
+
+/* feed(parser, lines, start, out, types, max_started) -> the index of the first line left to
+ * Python; lines a tuple of LogLines or a Lines. */
 static PyObject *feed(PyObject *self, PyObject *args) {
     PyObject *parser, *lines, *out, *types;
     Py_ssize_t start, max_started;
-    if (!PyArg_ParseTuple(args, "OO!nO!O!n:feed", &parser, &PyTuple_Type, &lines, &start,
-                          &PyList_Type, &out, &PyTuple_Type, &types, &max_started))
+    if (!PyArg_ParseTuple(args, "OOnO!O!n:feed", &parser, &lines, &start, &PyList_Type, &out,
+                          &PyTuple_Type, &types, &max_started))
         return NULL;
+    int lazy = Py_TYPE(lines) == &LinesType;
+    if (!lazy && !PyTuple_Check(lines)) {
+        PyErr_SetString(PyExc_TypeError, "feed() takes a tuple of lines or a Lines");
+        return NULL;
+    }
     if (PyTuple_GET_SIZE(types) != 6) {
         PyErr_SetString(PyExc_ValueError,
                         "feed() types: (Interval, STARTED, '', Event, _Block, _NO_BLOCK)");
@@ -972,7 +1265,8 @@ static PyObject *feed(PyObject *self, PyObject *args) {
             return NULL;
         }
     PyObject *block_type = ty[4], *no_block = ty[5];
-    Py_ssize_t n = PyTuple_GET_SIZE(lines), i = start;
+    Lines *ls = lazy ? (Lines *)lines : NULL;
+    Py_ssize_t n = lazy ? ls->n : PyTuple_GET_SIZE(lines), i = start;
     if (start < 0 || start > n) {
         PyErr_SetString(PyExc_IndexError, "feed() start out of range");
         return NULL;
@@ -982,46 +1276,45 @@ static PyObject *feed(PyObject *self, PyObject *args) {
     PyObject *started = PyObject_GetAttrString(parser, "started");
     PyObject *last_timed = PyObject_GetAttrString(parser, "last_timed");
     PyObject *block = PyObject_GetAttrString(parser, "block");
-    int ok = -1, changed = 0;
+    PyObject *zero = PyLong_FromLong(0);
+    int ok = -1, changed = 0, pid_over = 0;
+    long long pid_value = 0;
     Block b;
-    if (node == NULL || pid == NULL || started == NULL || last_timed == NULL || block == NULL)
+    if (node == NULL || pid == NULL || started == NULL || last_timed == NULL || block == NULL ||
+        zero == NULL)
         goto done;
     if (!PyDict_CheckExact(started) || !PyDict_CheckExact(last_timed)) {
         ok = 1; /* not what Parser holds: leave it all to Python */
         goto done;
     }
+    if (PyLong_CheckExact(pid)) pid_value = PyLong_AsLongLongAndOverflow(pid, &pid_over);
+    if (!PyLong_CheckExact(pid) || pid_over || PyErr_Occurred()) {
+        PyErr_Clear();
+        pid_over = 1; /* a lazy line is then the Python loop's (a tuple's compares as ever) */
+    }
     if ((ok = block_in(block, no_block, &b)) != 1) goto done;
     for (; i < n; i++) {
-        PyObject *line = PyTuple_GET_ITEM(lines, i);
-        /* a LogLine (a tuple subclass of 5) whose time and PID are ints that fit, the time in
-         * range; anything else is the Python loop's (which names a time out of range) */
-        if (!PyTuple_Check(line) || PyTuple_CheckExact(line) || PyTuple_GET_SIZE(line) != 5)
-            break;
-        PyObject *msg = PyTuple_GET_ITEM(line, 4), *line_pid = PyTuple_GET_ITEM(line, 3);
-        PyObject *time = PyTuple_GET_ITEM(line, 1);
-        if (!PyLong_CheckExact(time) || !PyLong_CheckExact(line_pid)) break;
-        int time_over = 0, pid_over = 0;
-        long long time_us = PyLong_AsLongLongAndOverflow(time, &time_over);
-        long long pid_value = PyLong_AsLongLongAndOverflow(line_pid, &pid_over);
-        if (PyErr_Occurred()) { /* (exact ints: never) */
-            PyErr_Clear();
-            break;
-        }
-        if (time_over || pid_over || time_us < MIN_TIME_US || time_us > MAX_TIME_US) break;
-        (void)pid_value;
-        Tok t;
-        if (!read_token(msg, &t)) break;
-        if (line_pid != pid) { /* another server (Python restarts), unless the same or 0 */
-            int same = PyObject_RichCompareBool(line_pid, pid, Py_EQ);
-            int zero = same == 1 ? 0 : PyObject_Not(line_pid);
-            if (same < 0 || zero < 0) {
+        /* a LogLine whose time and PID are ints that fit, the time in range, and a common
+         * line; anything else is the Python loop's (which names a time out of range) */
+        Read r;
+        const Item *it = lazy ? &ls->items[i] : NULL;
+        PyObject *obj = lazy ? it->obj : PyTuple_GET_ITEM(lines, i);
+        if (!(obj != NULL ? read_tuple(obj, &r) : read_item(it, &r))) break;
+        if (r.pid_obj == NULL) { /* a line not made yet: its PID by value */
+            if (pid_over || (r.pid != pid_value && r.pid != 0)) break;
+            r.pid_obj = r.pid == 0 ? zero : pid;
+        } else if (r.pid_obj != pid) { /* another server (Python restarts), unless same or 0 */
+            int same = PyObject_RichCompareBool(r.pid_obj, pid, Py_EQ);
+            int is_zero = same == 1 ? 0 : PyObject_Not(r.pid_obj);
+            if (same < 0 || is_zero < 0) {
                 ok = -1;
                 break;
             }
-            if (!same && !zero) break;
+            if (!same && !is_zero) break;
         }
         Block before = b;
-        int done = apply(&t, line, time_us, node, &b, started, last_timed, ty, max_started, out);
+        int done = apply(&r.tok, r.time, r.time_us, r.pid_obj, node, &b, started, last_timed, ty,
+                         max_started, out);
         if (done <= 0) {
             b = before;
             if (done < 0) ok = -1;
@@ -1032,7 +1325,7 @@ static PyObject *feed(PyObject *self, PyObject *args) {
     if (changed && block_out(parser, &b, block_type, no_block) < 0) ok = -1;
 done:
     Py_XDECREF(node), Py_XDECREF(pid), Py_XDECREF(started), Py_XDECREF(last_timed);
-    Py_XDECREF(block);
+    Py_XDECREF(block), Py_XDECREF(zero);
     if (ok < 0) return NULL;
     return PyLong_FromSsize_t(ok == 0 ? start : i);
 }
@@ -1049,6 +1342,9 @@ static PyMethodDef methods[] = {
      "lines[start:] for as long as they are common era C/D slot lines of the parser's server\n"
      "that add no pending stop, the records appended to out; the index of the first line\n"
      "it leaves to Python (len(lines) when none)."},
+    {"join", join, METH_O,
+     "join(parts) -> the LogLines of the parts (Lines or sequences of LogLines) in order: a\n"
+     "Lines when one of them is a Lines, else a tuple."},
     {"tokenize", tokenize, METH_O,
      "tokenize(msg) -> parse.tokenize(msg) for the common era C and D slot lines, else None."},
     {NULL, NULL, 0, NULL},
@@ -1067,5 +1363,12 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     init_json_stop();
     for (int k = OTHER; k <= RELEASE; k++)
         if ((kinds[k] = PyLong_FromLong(k)) == NULL) return NULL;
-    return PyModule_Create(&module);
+    if (PyType_Ready(&LinesType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Lines", (PyObject *)&LinesType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

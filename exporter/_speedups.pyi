@@ -4,7 +4,21 @@ Each hands back what it does not read exactly (raw bytes, None, an index) and ra
 arguments of the wrong type: never on the bytes, text or line values it is given.
 """
 
+from collections.abc import Sequence
+from typing import ClassVar, overload
+
 from exporter.logline import LogLine
+
+class Lines(Sequence[LogLine]):
+    """A chunk's keyword lines, each LogLine made when first asked for."""
+
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def __len__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    @overload
+    def __getitem__(self, index: int, /) -> LogLine: ...
+    @overload
+    def __getitem__(self, index: slice, /) -> Sequence[LogLine]: ...
 
 def scan(
     data: bytes,
@@ -14,11 +28,12 @@ def scan(
     line_type: type[LogLine],
     max_line: int,
     /,
-) -> tuple[list[bytes | LogLine], int, int]: ...
+) -> tuple[Lines | list[bytes | LogLine], int, int]: ...
+def join(parts: Sequence[Sequence[LogLine]], /) -> Sequence[LogLine]: ...
 def tokenize(msg: str, /) -> tuple[int, int | None, int | None, int | None, int | None] | None: ...
 def feed(
     parser: object,
-    lines: tuple[LogLine, ...],
+    lines: Sequence[LogLine],
     start: int,
     out: list[object],
     types: tuple[object, ...],

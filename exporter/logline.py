@@ -9,6 +9,7 @@ dataclasses, at a third of the cost to build.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -73,7 +74,7 @@ class Batch:
     them in `entries` and reports the journal time of the newest entry it read."""
 
     node: str
-    lines: tuple[LogLine, ...] = ()
+    lines: Sequence[LogLine] = ()  # a tuple, or the line layer's Lines (see sources/lines.py)
     entries: int = 0  # journal entries read in this batch, relevant or not
     newest_us: int | None = None  # journal time of the newest entry read
     position: str = ""  # where to resume after this batch ("" if unchanged)

@@ -10,9 +10,9 @@ reads a clock: time passes only through the journal times of the lines it is fed
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from exporter._compiled import speedups
 from exporter.logline import Event, EventKind, Interval, LogLine, Record
@@ -130,7 +130,7 @@ class Parser:
         Where the compiled module is built, its `feed` runs this same state machine over the
         common era C/D lines of the running server and leaves every other line (and every line
         while a stop waits for its timing block) to the Python loop, `_feed`."""
-        todo = lines if type(lines) is tuple else tuple(lines)
+        todo = cast(Sequence[LogLine], lines) if type(lines) in _SEQUENCES else tuple(lines)
         mark = self._mark()
         try:
             return self._feed_fast(todo)
@@ -138,7 +138,7 @@ class Parser:
             self._rollback(mark)
             return self._feed_isolated(todo)
 
-    def _feed_fast(self, todo: tuple[LogLine, ...]) -> list[Record]:
+    def _feed_fast(self, todo: Sequence[LogLine]) -> list[Record]:
         out: list[Record] = []
         fast = _fast_feed
         if fast is None:
@@ -154,7 +154,7 @@ class Parser:
             i += 1
         return out
 
-    def _feed_isolated(self, todo: tuple[LogLine, ...]) -> list[Record]:
+    def _feed_isolated(self, todo: Sequence[LogLine]) -> list[Record]:
         """One line at a time, each rolled back and counted as a parse error if it fails."""
         out: list[Record] = []
         for line in todo:
@@ -441,6 +441,9 @@ def tokenize(msg: str) -> Token | None:
 
 _fast_tokenize = None if speedups is None else speedups.tokenize
 _fast_feed = None if speedups is None else speedups.feed
+# What feed_all takes as it is: a tuple, or the line layer's Lines (compiled `feed` reads its
+# common lines from their bytes, never making their LogLines).
+_SEQUENCES: tuple[type, ...] = (tuple,) if speedups is None else (tuple, speedups.Lines)
 # what the compiled feed makes records of (it builds the NamedTuples as their __new__ would)
 FEED_TYPES = (Interval, _STARTED, "", Event, _Block, _NO_BLOCK)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from types import ModuleType
 
 from hypothesis import HealthCheck, example, given, settings
@@ -268,7 +270,7 @@ def test_no_line_raises_and_the_compiled_feed_leaves_what_the_python_loop_leaves
     assert all(r == results[-1] for r in results)
 
 
-def _compiled_feed(p: Parser, lines: tuple[LogLine, ...]) -> list[Record]:
+def _compiled_feed(p: Parser, lines: Sequence[LogLine]) -> list[Record]:
     """`feed_all`'s loop with the compiled `feed` called bare: an exception it raises fails the
     test (feed_all would catch it and feed the lines again one at a time)."""
     speedups, out, i = compiled(), list[Record](), 0
@@ -280,3 +282,89 @@ def _compiled_feed(p: Parser, lines: tuple[LogLine, ...]) -> list[Record]:
         out += p.feed_reference((lines[i],))
         i += 1
     return out
+
+
+# -- lines read from bytes -----------------------------------------------------------------------
+
+
+def _journal_text(line: LogLine, form: int) -> bytes:
+    """`line` as journalctl prints it: short-iso-precise (0), or -o json ASCII-escaped (1) or
+    not (2)."""
+    if form == 0:
+        stamp = datetime.fromtimestamp(line.time_us // 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        head = f"{stamp}.{line.time_us % 1_000_000:06d}+0000 h sm-llm[{line.pid}]: "
+        return (head + line.message).encode("utf-8", "surrogatepass")
+    entry = {
+        "__CURSOR": f"s=a;i={line.time_us:x}",
+        "__REALTIME_TIMESTAMP": str(line.time_us),
+        "_PID": str(line.pid),
+        "MESSAGE": line.message,
+    }
+    return json.dumps(entry, ensure_ascii=form == 1).encode("utf-8", "surrogatepass")
+
+
+@settings(FUZZ, max_examples=600)
+@given(
+    st.lists(
+        st.builds(
+            LogLine,
+            st.just(NODE),
+            real_times,
+            st.just(""),
+            st.sampled_from((4242, 4242, 4242, 0, 5151)),
+            messages.filter(lambda m: "\n" not in m and "\r" not in m),
+        ),
+        max_size=40,
+    ),
+    st.lists(st.integers(0, 2), min_size=40, max_size=40),
+    st.booleans(),
+    st.lists(st.integers(1, 40), max_size=4),
+)
+def test_lines_read_from_bytes_feed_as_their_log_lines_do(
+    lines: list[LogLine], forms: list[int], ordered: bool, cuts: list[int]
+) -> None:
+    """The compiled scan hands its lines over as one `Lines`, whose common lines the compiled
+    `feed` reads from their bytes: the same records and parser state as the Python loop on the
+    LogLines they are made into, however the lines are cut into batches (or joined)."""
+    if switched_off():
+        return
+    speedups = compiled()
+    todo = _sorted_by_time(lines, ordered)
+    texts = [_journal_text(x, forms[i]) + b"\n" for i, x in enumerate(todo)]
+    batches, at = [], 0
+    for cut in [*cuts, len(texts)]:
+        batches.append(texts[at : at + cut])
+        at += cut
+
+    def read(texts: list[bytes], joined: bool) -> Sequence[LogLine] | None:
+        """The batch as scan hands it over (None when a line is left to the decoder); when
+        `joined`, scanned in two halves and joined."""
+        halves = [texts[: len(texts) // 2], texts[len(texts) // 2 :]] if joined else [texts]
+        parts = []
+        for half in halves:
+            items, _, n_raw = speedups.scan(b"".join(half), KEYWORDS, NODE, 0, LogLine, MAX_LINE)
+            if n_raw:
+                return None
+            assert type(items) is speedups.Lines
+            parts.append(items)
+        whole: Sequence[LogLine] = parts[0] if len(parts) == 1 else speedups.join(parts)
+        return whole
+
+    results = []
+    for run in ("feed_all", "feed", "reference"):
+        p, got = Parser(NODE), list[Record]()
+        for k, texts_k in enumerate(batches):
+            batch = read(texts_k, joined=k % 2 == 1)
+            if batch is None:
+                return  # (a line the decoder must judge: no Lines to test)
+            if run == "feed_all":
+                got += p.feed_all(batch)
+            elif run == "reference":
+                made = tuple(batch)
+                assert made == tuple(batch[i] for i in range(-len(made), 0)) == batch[:]
+                got += p.feed_reference(made)
+            else:
+                got += _compiled_feed(p, batch)
+            p = Parser.from_state(NODE, json.loads(json.dumps(p.state())))
+        results.append((got, p.state(), p.flush(2**80)))
+    assert all(r == results[-1] for r in results)

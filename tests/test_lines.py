@@ -79,13 +79,8 @@ def read_all(reader: LineReader, data: bytes, cuts: list[int]) -> Chunk:
     for cut in [*sorted(cuts), len(data)]:
         piece = reader.feed(data[at:cut])
         at = max(at, cut)
-        total.lines += piece.lines
-        total.errors += piece.errors
-        total.entries += piece.entries
-    last = reader.end()
-    total.lines += last.lines
-    total.errors += last.errors
-    total.entries += last.entries
+        total.add(piece)
+    total.add(reader.end())
     return total
 
 

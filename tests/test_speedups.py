@@ -605,7 +605,7 @@ def _decoded(decoder: EntryDecoder, raw: bytes) -> LogLine | type[EntryError] | 
         return EntryError
 
 
-def check_scan(data: bytes, since_us: int, max_line: int) -> list[bytes | LogLine]:
+def check_scan(data: bytes, since_us: int, max_line: int) -> Sequence[bytes | LogLine]:
     """`_speedups.scan(data)` finds what `find_lines` finds, each line raw or as the LogLine the
     decoder makes of it (left out when older than since_us), no line longer than max_line
     decoded; its items."""
@@ -682,9 +682,35 @@ def test_scan_decodes_the_plain_lines_itself() -> None:
     first, second = items[0], items[1]
     assert isinstance(first, LogLine) and isinstance(second, LogLine)
     assert first is not second and first.pid is second.pid  # one PID object, shared
-    items = items[:1]
-    assert items == [EntryDecoder(NODE).decode(raw)]
+    assert items[:1] == [EntryDecoder(NODE).decode(raw)]
     assert type(items[0]) is LogLine
+
+
+def test_scan_hands_over_lines_it_decoded_all_of_as_one_lines_made_on_access() -> None:
+    raw = b"2026-09-22T07:31:04.127792+0000 node0 sm-llm[1234]: " + VERBATIM[0].encode()
+    data = bytearray(raw + b"\nno keyword here\n" + raw.replace(b"04.1", b"05.1") + b"\n")
+    items, newlines, n_raw = _speedups.scan(bytes(data), KEYWORDS, NODE, 0, LogLine, MAX_LINE)
+    del data  # (scan's own bytes object is all the Lines holds on to)
+    assert isinstance(items, _speedups.Lines)
+    assert (newlines, n_raw, len(items)) == (3, 0, 2)
+    want = EntryDecoder(NODE).decode(raw)
+    assert items[0] == items[-2] == want and items[0] is items[0]  # made once
+    assert items[1].time_us == want.time_us + 1_000_000 and items[1:] == (items[1],)
+    assert items == [want, items[1]] and items == (want, items[1]) and items != [want]
+    assert items != 5 and repr(items) == "<Lines of 2>" and items[::-1] == (items[1], want)
+    for bad in (2, -3):
+        with pytest.raises(IndexError):
+            items[bad]
+    with pytest.raises(TypeError):
+        items["0"]  # type: ignore[call-overload]
+    with pytest.raises(TypeError):
+        hash(items)
+    joined = _speedups.join([items, [want], (), items])
+    assert type(joined) is _speedups.Lines and list(joined) == [*items, want, *items]
+    assert _speedups.join([[want], (want,)]) == (want, want)  # no Lines: a tuple
+    assert type(_speedups.join([[want]])) is tuple and _speedups.join([]) == ()
+    older, _, _ = _speedups.scan(raw + b"\n", KEYWORDS, NODE, want.time_us + 1, LogLine, MAX_LINE)
+    assert type(older) is _speedups.Lines and len(older) == 0 and not older
 
 
 JOURNAL_JSON = (

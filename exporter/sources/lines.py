@@ -15,7 +15,9 @@ report, which read through this same layer, count the same parse errors for the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 from exporter._compiled import speedups
 from exporter.logline import Batch, LogLine
@@ -53,12 +55,12 @@ def find_lines(data: bytes) -> list[bytes]:
 
 def _scan(
     data: bytes | memoryview, node: str, since_us: int, max_line: int
-) -> tuple[list[bytes | LogLine], int, int]:
+) -> tuple[Sequence[bytes | LogLine], int, int]:
     """The keyword lines of `data` (whole lines), the newlines in it and how many of the lines
     are left raw: compiled, each line of a usual shape comes decoded (dropped when older than
-    `since_us`); pure, all raw."""
+    `since_us`), all of them as one `Lines` when none is left raw; pure, all raw."""
     if speedups is not None:
-        found: tuple[list[bytes | LogLine], int, int] = speedups.scan(
+        found: tuple[Sequence[bytes | LogLine], int, int] = speedups.scan(
             data, KEYWORDS, node, since_us, LogLine, max_line
         )
         return found
@@ -68,22 +70,48 @@ def _scan(
     return lines, data.count(b"\n"), len(lines)
 
 
+def join(parts: Sequence[Sequence[LogLine]]) -> Sequence[LogLine]:
+    """The lines of `parts`, in order, as one sequence: compiled, one `Lines` (whose LogLines
+    are made only when asked for; the parser reads the common ones straight from the bytes)."""
+    if len(parts) == 1 and type(parts[0]) is tuple:
+        return parts[0]
+    if speedups is not None:
+        joined: Sequence[LogLine] = speedups.join(parts)
+        return joined
+    return tuple(chain.from_iterable(parts))
+
+
 @dataclass(slots=True)
 class Chunk:
-    """What one call of a LineReader found: the lines that may matter (newer than `since`), the
-    parse errors it named, the entries (lines) it read, and the newest entry's time and cursor."""
+    """What one call of a LineReader found: the lines that may matter (newer than `since`), in
+    parts, the parse errors it named, the entries (lines) it read, and the newest entry's time
+    and cursor."""
 
-    lines: list[LogLine] = field(default_factory=list)
+    parts: list[Sequence[LogLine]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     entries: int = 0
     newest_us: int | None = None
     cursor: str = ""  # of the newest entry that has one ("" for short-iso text)
 
+    @property
+    def lines(self) -> Sequence[LogLine]:
+        return join(self.parts)
+
+    def add(self, later: Chunk) -> None:
+        """What a later call found, after this."""
+        self.parts += later.parts
+        self.errors += later.errors
+        self.entries += later.entries
+        if later.newest_us is not None:
+            self.newest_us = later.newest_us
+        if later.cursor:
+            self.cursor = later.cursor
+
     def batch(self, node: str, *, position: str = "", caught_up: bool, gap: bool = False) -> Batch:
         """What a source hands over of this chunk."""
         return Batch(
             node,
-            tuple(self.lines),
+            self.lines,
             entries=self.entries,
             newest_us=self.newest_us,
             position=position,
@@ -161,10 +189,12 @@ class LineReader:
         """The whole lines data[start:end] (read without copying them)."""
         view = data if start == 0 and end == len(data) else memoryview(data)[start:end]
         items, entries, n_raw = _scan(view, self.node, self.since_us, self.max_line)
-        lines = chunk.lines
         if not n_raw:  # all decoded already (compiled, on the usual shapes)
-            lines += items  # type: ignore[arg-type]
+            if items:
+                chunk.parts.append(items)  # type: ignore[arg-type]
         else:
+            lines: list[LogLine] = []
+            chunk.parts.append(lines)
             whole = bytes(view)  # (only where some line is left to decode here: rare)
             since_us, decode = self.since_us, self.decoder.decode
             self._found = 0  # where in `whole` the error search goes on
