@@ -5,8 +5,12 @@
  * Each function has a pure-Python reference that stays the specification:
  *   scan(data, ...)       ~ [EntryDecoder(node).decode(raw) or raw
  *                            for raw in sources.lines.find_lines(data)]
+ *                           (as a Lines, when every line is decoded: a sequence whose LogLines
+ *                           are made when first asked for, each line's common token read
+ *                           while the line is in the cache; join(parts) chains them)
  *   tokenize(msg)         ~ parse.tokenize(msg)
  *   feed(parser, ...)     ~ parser.feed_reference(lines): the Python loop of Parser.feed_all
+ *                           (on a Lines, the common lines read from their tokens: no LogLine)
  * The C side handles only the shapes it recognises exactly and hands everything else back
  * (raw bytes, None, or the index of the line to leave to Python) for the Python code to
  * decide, so it is never the only judge of a line. scan decodes two shapes: the plain
@@ -72,6 +76,15 @@ static int days_in_month(long long y, long long m) {
 /* What the decoders found in one line: its time and pid, where its message (and, for JSON,
  * cursor) are, and whether they hold escapes; `ok` 0 for a line to hand back raw. */
 enum { SHAPE_SHORT, SHAPE_JSON };
+enum { OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE };
+
+/* What one common line says: a parse.Token with every number present (0 where the Token
+ * holds None: OTHER's four, the slot lines' us and count). */
+typedef struct {
+    int kind;
+    long long slot, task, us, count;
+} Tok;
+
 typedef struct {
     long long time_us, pid;
     Py_ssize_t len;          /* the line's, without its newline */
@@ -79,7 +92,11 @@ typedef struct {
     Py_ssize_t msg, end;     /* the message: line[msg:end] */
     Py_ssize_t cur, cur_end; /* the cursor (JSON; empty for short lines) */
     unsigned char shape, msg_esc, cur_esc;
+    unsigned char has_tok; /* the message is a common line (tok), read while the line was hot */
+    Tok tok;
 } Found;
+
+static int bytes_token(const char *s, Py_ssize_t n, Tok *t);
 
 /* `2026-09-22T07:31:04.127792+0000 host ident[1234]: message` -> 1 and `out` filled; 0 when the
  * line is not exactly that shape or its time is out of range (the caller keeps it raw for
@@ -213,14 +230,56 @@ static int utf8_len(const unsigned char *s, Py_ssize_t avail) {
     return k;
 }
 
+/* The bytes of a line that end a run of plain string content, as a bitmap (bit i of word
+ * i / 64 for s[i]; none past n): built once a line, so finding a string's end is a bit scan,
+ * not a search per string whose end a branch must guess. Lines up to BITMAP_BYTES use one. */
+#define BITMAP_BYTES 8192
+static void stop_bitmap(const char *s, Py_ssize_t n, uint64_t *bm) {
+    Py_ssize_t i = 0;
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    const __m128i space = _mm_set1_epi8(0x20);
+    for (; i + 64 <= n; i += 64) {
+        uint64_t word = 0;
+        for (int k = 0; k < 4; k++) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(s + i + 16 * k));
+            __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote),
+                                                     _mm_cmpeq_epi8(v, backslash)),
+                                        _mm_cmplt_epi8(v, space));
+            word |= (uint64_t)(unsigned)_mm_movemask_epi8(stop) << (16 * k);
+        }
+        bm[i >> 6] = word;
+    }
+#endif
+    if (i < n) {
+        uint64_t word = 0;
+        for (Py_ssize_t j = i; j < n; j++)
+            word |= (uint64_t)json_stop[(unsigned char)s[j]] << (j - i);
+        bm[i >> 6] = word;
+    }
+}
+
+/* The first stop byte at or after s[i] by the bitmap, or n. */
+static inline Py_ssize_t next_stop(const uint64_t *bm, Py_ssize_t i, Py_ssize_t n) {
+    if (i >= n) return n;
+    Py_ssize_t w = i >> 6;
+    uint64_t bits = bm[w] & (~0ULL << (i & 63));
+    while (bits == 0) {
+        if (++w << 6 >= n) return n;
+        bits = bm[w];
+    }
+    return (w << 6) + __builtin_ctzll(bits);
+}
+
 /* A JSON string whose opening quote is at s[*at - 1]: 1 with *at just after its closing quote
  * and *esc set when it holds an escape; 0 when json would refuse it, or read it to a string
  * holding a lone surrogate (which is handed back rather than made here). */
-static int json_string(const char *s, Py_ssize_t n, Py_ssize_t *at, unsigned char *esc) {
+static int json_string(const char *s, Py_ssize_t n, const uint64_t *bm, Py_ssize_t *at,
+                       unsigned char *esc) {
     Py_ssize_t i = *at;
     *esc = 0;
     for (;;) {
-        i = json_plain_run(s, i, n);
+        i = bm != NULL ? next_stop(bm, i, n) : json_plain_run(s, i, n);
         if (i >= n) return 0;
         unsigned char c = (unsigned char)s[i];
         if (c == '"') break;
@@ -282,6 +341,8 @@ static int json_field(const char *s, Py_ssize_t n) {
  * digits and in range, the PID 1 to 10 digits, no key and neither number escaped. 0 for
  * anything else (the caller hands it back to EntryDecoder). Needs no GIL. */
 static int decode_json(const char *s, Py_ssize_t n, Found *out) {
+    uint64_t bitmap[BITMAP_BYTES / 64];
+    const uint64_t *bm = n <= BITMAP_BYTES ? (stop_bitmap(s, n, bitmap), bitmap) : NULL;
     Py_ssize_t i = 1, start[F_N] = {0}, stop[F_N] = {0};
     unsigned char escaped[F_N] = {0}, seen[F_N] = {0};
     if (n < 2 || s[0] != '{') return 0;
@@ -290,7 +351,7 @@ static int decode_json(const char *s, Py_ssize_t n, Found *out) {
         if (i >= n || s[i] != '"') return 0; /* (an empty object lacks the fields) */
         Py_ssize_t key = ++i;
         unsigned char esc;
-        if (!json_string(s, n, &i, &esc) || esc) return 0; /* an escaped key: hand back */
+        if (!json_string(s, n, bm, &i, &esc) || esc) return 0; /* an escaped key: hand back */
         int f = json_field(s + key, i - 1 - key);
         while (i < n && is_json_ws(s[i])) i++;
         if (i >= n || s[i] != ':') return 0;
@@ -298,7 +359,7 @@ static int decode_json(const char *s, Py_ssize_t n, Found *out) {
         while (i < n && is_json_ws(s[i])) i++;
         if (i >= n || s[i] != '"') return 0; /* a value that is no string */
         Py_ssize_t value = ++i;
-        if (!json_string(s, n, &i, &esc)) return 0;
+        if (!json_string(s, n, bm, &i, &esc)) return 0;
         if (f >= 0) {
             if (seen[f]) return 0; /* a duplicate: json keeps the last; hand back */
             seen[f] = 1, start[f] = value, stop[f] = i - 1, escaped[f] = esc;
@@ -615,13 +676,16 @@ static Py_ssize_t count_newlines(const char *s, Py_ssize_t n) {
 /* The start of every line holding a keyword, in order, in one pass over the buffer: a
  * Wu-Manber search (Horspool's skip over all keywords at once, on two-byte blocks), which
  * looks at a small fraction of the bytes where a memmem per keyword would read them all once
- * per keyword. Returns the number of starts written, or -1 on a memory error. Needs no GIL. */
+ * per keyword. Counts the buffer's newlines too (between the lines found, and one for each of
+ * them, whose ends are found anyway). Returns the number of starts written, or -1 on a memory
+ * error. Needs no GIL. */
 static Py_ssize_t keyword_starts(const char *s, Py_ssize_t n, const char *const *kws,
                                  const Py_ssize_t *lens, int nkw, Py_ssize_t m,
-                                 Py_ssize_t **starts_out) {
-    Py_ssize_t cap = 1024, count = 0;
+                                 Py_ssize_t **starts_out, Py_ssize_t *newlines) {
+    Py_ssize_t cap = 1024, count = 0, counted = 0; /* newlines counted in s[0:counted] */
     unsigned char *shift = PyMem_RawMalloc(65536);
     Py_ssize_t *starts = PyMem_RawMalloc(cap * sizeof(Py_ssize_t));
+    *newlines = 0;
     if (shift == NULL || starts == NULL) goto nomem;
     unsigned char most = m - 1 > 255 ? 255 : (unsigned char)(m - 1);
     memset(shift, most, 65536);
@@ -646,17 +710,25 @@ static Py_ssize_t keyword_starts(const char *s, Py_ssize_t n, const char *const 
             pos++;
             continue;
         }
-        const char *nl = memrchr(s, '\n', (size_t)w);
+        const char *nl = memrchr(s + counted, '\n', (size_t)(w - counted));
         if (count == cap) {
             Py_ssize_t *more = PyMem_RawRealloc(starts, 2 * cap * sizeof(Py_ssize_t));
             if (more == NULL) goto nomem;
             starts = more, cap *= 2;
         }
-        starts[count++] = nl == NULL ? 0 : nl - s + 1;
+        Py_ssize_t start = nl == NULL ? counted : nl - s + 1;
+        starts[count++] = start;
+        *newlines += count_newlines(s + counted, start - counted);
         const char *eol = memchr(s + w, '\n', (size_t)(n - w));
-        if (eol == NULL) break;
-        pos = eol - s + 1 + m - 1; /* the next line's first window */
+        if (eol == NULL) {
+            counted = n;
+            break;
+        }
+        *newlines += 1;
+        counted = eol - s + 1;
+        pos = counted + m - 1; /* the next line's first window */
     }
+    *newlines += count_newlines(s + counted, n - counted);
     PyMem_RawFree(shift);
     *starts_out = starts;
     return count;
@@ -728,8 +800,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_ssize_t n = data.len;
     Py_ssize_t count, newlines;
     Py_BEGIN_ALLOW_THREADS /* the bytes object cannot change: search and decode in parallel */
-    count = keyword_starts(buf, n, kws, lens, nkw, m, &starts);
-    newlines = count_newlines(buf, n);
+    count = keyword_starts(buf, n, kws, lens, nkw, m, &starts, &newlines);
     if (count > 0 && (found = PyMem_RawMalloc((size_t)count * sizeof(Found))) == NULL)
         count = -1;
     for (Py_ssize_t j = 0; j < count; j++) {
@@ -737,9 +808,12 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         const char *eol = memchr(line, '\n', (size_t)(n - starts[j]));
         Py_ssize_t len = eol == NULL ? n - starts[j] : eol - line;
         found[j].len = len;
-        found[j].ok = len <= max_line && (is_digit(line[0])   ? decode_short(line, len, &found[j])
-                                          : line[0] == '{' ? decode_json(line, len, &found[j])
-                                                           : 0);
+        Found *d = &found[j];
+        d->ok = len <= max_line && (is_digit(line[0])   ? decode_short(line, len, d)
+                                    : line[0] == '{' ? decode_json(line, len, d)
+                                                     : 0);
+        d->has_tok = d->ok && !(d->shape == SHAPE_JSON && d->msg_esc) &&
+                     bytes_token(line + d->msg, d->end - d->msg, &d->tok);
     }
     Py_END_ALLOW_THREADS
     if (count < 0) {
@@ -817,7 +891,6 @@ fail:
 
 /* ---- tokenize: era C/D slot lines --------------------------------------------------------- */
 
-enum { OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE };
 
 typedef struct {
     const char *s;
@@ -914,12 +987,6 @@ static PyObject *token(int kind, long long slot, long long task, long long us, l
     return t;
 }
 
-/* What one common line says: a parse.Token with every number present (0 where the Token
- * holds None: OTHER's four, the slot lines' us and count). */
-typedef struct {
-    int kind;
-    long long slot, task, us, count;
-} Tok;
 
 /* 1 and `t` filled when `msg` is a common era C/D slot line read exactly as parse.tokenize
  * reads it; 0 to hand it back to the reference. */
@@ -940,9 +1007,15 @@ static int read_token(PyObject *msg, Tok *t) {
 
 /* read_token on a message's bytes: the same answer, as its str is ASCII and equal to them. */
 static int bytes_token(const char *s, Py_ssize_t n, Tok *t) {
-    unsigned char high = 0;
-    for (Py_ssize_t k = 0; k < n; k++) high |= (unsigned char)s[k];
-    return high < 0x80 && ascii_token(s, n, t);
+    uint64_t high = 0;
+    Py_ssize_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t w;
+        memcpy(&w, s + k, 8);
+        high |= w;
+    }
+    for (; k < n; k++) high |= (unsigned char)s[k];
+    return (high & 0x8080808080808080ULL) == 0 && ascii_token(s, n, t);
 }
 
 /* read_token on ASCII text s[0:n]. */
@@ -1236,7 +1309,8 @@ static int read_item(const Item *it, Read *r) {
     if (d->shape == SHAPE_JSON && d->msg_esc) return 0; /* (made already) */
     if (d->time_us < MIN_TIME_US || d->time_us > MAX_TIME_US) return 0;
     r->time_us = d->time_us, r->pid = d->pid, r->time = NULL, r->pid_obj = NULL;
-    return bytes_token(it->line + d->msg, d->end - d->msg, &r->tok);
+    r->tok = d->tok;
+    return d->has_tok;
 }
 
 /* feed(parser, lines, start, out, types, max_started) -> the index of the first line left to
