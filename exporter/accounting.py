@@ -25,10 +25,14 @@ from typing import Any, cast
 from exporter._compiled import accounting as compiled
 from exporter.kinds import Kinds
 from exporter.logline import Event, EventKind, Interval, Record
+from exporter.times import fits
 
 SECOND = 1_000_000
 START_MARGIN_US = SECOND  # a launch line is logged up to ~1 ms after end - duration
 CAUGHT_UP_SLACK_US = 2 * SECOND  # node clocks and poll/SSH delays
+# A node's journal time further ahead of the exporter's now than this is clock skew (a node's
+# clock, or a corrupted entry), shown as such.
+CLOCK_ALLOWANCE_US = 5 * SECOND
 # seconds: the seed's 2-15 s reconcile and 20-60 s extraction calls, up to max_request_seconds
 DEFAULT_BUCKETS_S = tuple(map(float, (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)))
 KIND_CACHE_TOKENS = 1 << 16  # the compiled add_all remembers the kind of fewer tokens than this
@@ -82,6 +86,7 @@ class NodeState:
     reconnects: int = 0
     gaps: int = 0
     lag_us: int = 0
+    clock_skew_us: int = 0  # how far ahead of now its newest entry was, beyond the allowance
     kinds: dict[str, KindCounters] = field(default_factory=dict)
 
 
@@ -95,6 +100,7 @@ class NodeSnapshot:
     last_end_us: int | None
     up: bool
     lag_us: int
+    clock_skew_us: int
     entries: int
     cancelled: int
     aborted: int
@@ -227,12 +233,20 @@ class Accounting:
             else:
                 event(rec)
 
-    def line_read(self, node: str, time_us: int | None, entries: int = 1) -> None:
-        """The source read `entries` entries, the newest at journal time `time_us`."""
+    def line_read(
+        self, node: str, time_us: int | None, entries: int = 1, *, now_us: int | None = None
+    ) -> None:
+        """The source read `entries` entries, the newest at journal time `time_us`. Given
+        `now_us`, a time more than CLOCK_ALLOWANCE_US ahead of it is the node's
+        `clock_skew_us` (0 once a batch's newest time is in line again)."""
         ns = self.nodes[node]
         ns.entries += entries
-        if time_us is not None:
-            ns.newest_us = max(ns.newest_us, time_us)
+        if time_us is None:
+            return
+        if now_us is not None:
+            ahead = time_us - now_us
+            ns.clock_skew_us = ahead if ahead > CLOCK_ALLOWANCE_US else 0
+        ns.newest_us = max(ns.newest_us, time_us)
 
     def read_until(self, node: str, now_us: int) -> int:
         """The journal time up to which `node` has nothing unread: the newest entry read, or
@@ -441,6 +455,7 @@ class Accounting:
                 last_end_us=ns.last_end_us,
                 up=ns.up,
                 lag_us=ns.lag_us,
+                clock_skew_us=ns.clock_skew_us,
                 entries=ns.entries,
                 cancelled=ns.cancelled,
                 aborted=ns.aborted,
@@ -547,8 +562,8 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
             "duration_buckets changed: the duration histograms (buckets, count and sum) start "
             "again from 0"
         )
-    acc.origin_us = int(state["origin_us"])
-    acc.watermark_us = int(state["watermark_us"])
+    acc.origin_us = _time(state["origin_us"], "origin_us")
+    acc.watermark_us = _time(state["watermark_us"], "watermark_us")
     saved_conc = [int(v) for v in state["concurrency_us"]]
     acc.concurrency_us = (saved_conc + [0] * len(acc.concurrency_us))[: len(acc.concurrency_us)]
     if len(saved_conc) != len(acc.concurrency_us):
@@ -566,9 +581,17 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
         for f in _NODE_COUNTERS:
             value = saved[f]
             # only last_end_us may be None (no request yet): int(None) refuses the rest
-            setattr(ns, f, None if value is None and f == "last_end_us" else int(value))
+            if value is None and f == "last_end_us":
+                setattr(ns, f, None)
+            elif f in _NODE_TIMES:
+                setattr(ns, f, _time(value, f"nodes.{name}.{f}"))
+            else:
+                setattr(ns, f, _count(value, f"nodes.{name}.{f}"))
         ns.start_lines = bool(saved["start_lines"])
-        ns.in_flight = {(int(s), int(t)): int(at) for s, t, at in saved["in_flight"]}
+        ns.in_flight = {
+            (int(s), int(t)): _time(at, f"nodes.{name}.in_flight")
+            for s, t, at in saved["in_flight"]
+        }
         if same_kinds:
             for k, values in saved["kinds"].items():
                 c = ns.kinds[k]
@@ -586,5 +609,25 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
     for s, e, name, kind in state["pending"]:
         if name in acc.nodes:
             bit = 1 << acc._kind_index.get(kind, acc._kind_index[catch_all])
-            acc._pending.append((int(s), int(e), acc._node_index[name], bit))
+            start, end = _time(s, "pending"), _time(e, "pending")
+            acc._pending.append((start, end, acc._node_index[name], bit))
     return notes
+
+
+_NODE_TIMES = {"newest_us", "last_end_us"}
+_MAX_COUNT = 2**63 - 1  # (what the compiled sweep and the renderer hold)
+
+
+def _time(value: Any, what: str) -> int:
+    """A saved journal time; ValueError naming it when it is no int or outside what the
+    exporter can represent (times.MIN_TIME_US..MAX_TIME_US)."""
+    if type(value) is not int or not fits(value):
+        raise ValueError(f"{what} is {str(value)[:40]}: not a time the exporter can represent")
+    return value
+
+
+def _count(value: Any, what: str) -> int:
+    """A saved counter: a non-negative int that fits in 64 bits; ValueError naming it else."""
+    if type(value) is not int or not 0 <= value <= _MAX_COUNT:
+        raise ValueError(f"{what} is {str(value)[:40]}: not a counter")
+    return value

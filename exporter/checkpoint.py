@@ -2,12 +2,14 @@
 
 A write goes to a new temporary file in the same directory, is fsynced, renamed over the old
 file and the directory fsynced, so a crash at any moment leaves either the old checkpoint or the
-new one, whole. The file is mode 0600; its directory is made 0700 when missing.
+new one, whole. The file is mode 0600; its directory is made 0700 when missing. One daemon per state
+directory: `StateLock` holds an flock on its `lock` file, which names the holder's PID.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -21,6 +23,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1
 NAME = "checkpoint.json"
+LOCK_NAME = "lock"
 
 
 class CheckpointError(Exception):
@@ -102,3 +105,52 @@ class Checkpoint:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+
+
+class StateInUse(OSError):
+    """Another process holds the state directory's lock; the message names its PID."""
+
+
+class StateLock:
+    """One daemon per state directory: an exclusive flock on `state_dir/lock` for as long as
+    the daemon runs (the kernel drops it when the process ends, however it ends). The file
+    holds the holder's PID, for the refusal to name."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock; StateInUse when another process holds it, OSError when the
+        directory cannot be made or the file opened."""
+        directory = self.path.parent
+        if not directory.is_dir():
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # held read-only (a file open for writing would keep its file system from going
+        # read-only); the PID is written through a second descriptor, closed at once
+        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            holder = f"PID {text}" if text.isdigit() else "a process that wrote no PID"
+            raise StateInUse(
+                f"state directory {directory} is in use by another sm-llm-exporter ({holder}); "
+                "one daemon per state directory (set state_dir to run a second one)"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        with contextlib.suppress(OSError):  # (the PID is for the refusal's message only)
+            out = os.open(self.path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+            try:
+                os.write(out, f"{os.getpid()}\n".encode())
+            finally:
+                os.close(out)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

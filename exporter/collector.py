@@ -91,6 +91,11 @@ _PER_NODE_GAUGES: tuple[tuple[str, str], ...] = (
         "Exporter clock minus journal time of the newest entry read while "
         "catching up; 0 once caught up.",
     ),
+    (
+        "smllm_source_clock_skew_seconds",
+        "How far ahead of the exporter's clock the newest entry read was stamped, beyond a "
+        "5 s allowance; 0 when in line. Such times never move the watermark past now.",
+    ),
 )
 _GAUGE_DOC = dict(_PER_NODE_GAUGES)
 _NODES_BUSY = "Nodes with a request in flight now."
@@ -186,6 +191,7 @@ class SnapshotCollector(Collector):
         )
         yield per_node("smllm_source_up", [(n, 1 if n.up else 0) for n in nodes])
         yield per_node("smllm_source_lag_seconds", [(n, _s(n.lag_us)) for n in nodes])
+        yield per_node("smllm_source_clock_skew_seconds", [(n, _s(n.clock_skew_us)) for n in nodes])
 
 
 def _le(us: int) -> str:
@@ -440,6 +446,9 @@ class _Layout:
         )
         self._gauge(out, "smllm_source_up", [1 if n.up else 0 for n in nodes])
         self._gauge(out, "smllm_source_lag_seconds", [n.lag_us / SECOND for n in nodes])
+        self._gauge(
+            out, "smllm_source_clock_skew_seconds", [n.clock_skew_us / SECOND for n in nodes]
+        )
         add(self.concurrency)
         extend(
             [

@@ -78,6 +78,7 @@ NodeConfig = FileNode | JournalNode | SshNode
 class Config:
     listen_host: str = ""
     listen_port: int = 10027
+    http_max_connections: int = 64  # open at once; see http.py
     state_dir: Path = Path("/var/lib/sm-llm-exporter")
     unit: str = "sm-llm.service"
     max_request_seconds: int = 600
@@ -101,6 +102,7 @@ def since_us(text: str, now_us: int) -> int:
 
 TOP_KEYS = {
     "listen",
+    "http_max_connections",
     "state_dir",
     "unit",
     "max_request_seconds",
@@ -276,6 +278,14 @@ class _Checker:
         return Config(
             listen_host=host,
             listen_port=port,
+            http_max_connections=self.get(
+                top,
+                "http_max_connections",
+                "",
+                _positive_int,
+                d.http_max_connections,
+                "must be a positive integer",
+            ),
             state_dir=self.get(top, "state_dir", "", self._path, d.state_dir, "must be a path"),
             unit=unit,
             max_request_seconds=self.get(

@@ -22,7 +22,7 @@ from typing import Any
 
 from exporter import __version__, sources
 from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
-from exporter.checkpoint import Checkpoint, CheckpointError
+from exporter.checkpoint import Checkpoint, CheckpointError, StateLock
 from exporter.collector import Published, Renderer
 from exporter.config import Config, NodeConfig
 from exporter.http import HttpServer, Pages
@@ -67,8 +67,14 @@ class Daemon:
         self.tick_seconds = tick_seconds
         self.renderer = Renderer(version)
         self.pages = Pages(ready=self._ready)
-        self.server = HttpServer(self.pages, config.listen_host, config.listen_port)
+        self.server = HttpServer(
+            self.pages,
+            config.listen_host,
+            config.listen_port,
+            max_connections=config.http_max_connections,
+        )
         self.checkpoint = Checkpoint(config.state_dir, clock=clock)
+        self.lock = StateLock(config.state_dir)
         self.checkpoint_errors = 0
         self.since_us = config.since_us(self._now_us())
         names = [n.name for n in config.nodes]
@@ -108,7 +114,14 @@ class Daemon:
         return self.address is not None and len(self._started) == len(self.config.nodes)
 
     async def run(self) -> None:
-        """Serve until cancelled."""
+        """Serve until cancelled (StateInUse at once when another daemon has the state dir)."""
+        self.lock.acquire()
+        try:
+            await self._run()
+        finally:
+            self.lock.release()
+
+    async def _run(self) -> None:
         self.resume()
         self.publish()
         self.address = await self.server.start()
@@ -248,7 +261,20 @@ class Daemon:
         if batch.caught_up and not ns.caught_up:
             self._caught_up_now = True
         restarts, errors, aborted = ns.restarts, ns.parse_errors, ns.aborted
+        skewed = ns.clock_skew_us > 0
         recs = apply_batch(batch, self.parsers[node], self.acc, now_us)
+        if (ns.clock_skew_us > 0) != skewed:  # once per episode, at its start and its end
+            if skewed:
+                log.info("node %s: its journal times are in line with this clock again", node)
+            else:
+                log.warning(
+                    "node %s: journal entry stamped %s, %.0f s ahead of this clock: counted as "
+                    "it is, but the watermark does not go past now (clock skew, or a corrupted "
+                    "entry; see smllm_source_clock_skew_seconds)",
+                    node,
+                    iso(batch.newest_us or 0),
+                    ns.clock_skew_us / SECOND,
+                )
         if ns.restarts != restarts or ns.parse_errors != errors:  # (rare: look only then)
             self._log_events(node, recs, ns.aborted - aborted)
         if batch.position:

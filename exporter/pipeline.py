@@ -42,7 +42,7 @@ def apply_batch(batch: Batch, parser: Parser, acc: Accounting, now_us: int) -> l
         acc.add_all(recs)
         up = False
     if batch.entries or batch.newest_us is not None:
-        acc.line_read(node, batch.newest_us, batch.entries)
+        acc.line_read(node, batch.newest_us, batch.entries, now_us=now_us)
     newest = acc.nodes[node].newest_us
     acc.source_state(
         node, up=up, caught_up=batch.caught_up and up, now_us=now_us, lag_us=now_us - newest

@@ -370,7 +370,13 @@ def test_the_compiled_sweep_of_any_restored_state_is_the_references(
     state: dict[str, Any], untils: list[int]
 ) -> None:
     fast, ref = default.build(Accounting), default.build(Reference)
-    restore(fast, state)
+    try:
+        restore(fast, state)
+    except ValueError as e:  # a saved time the exporter cannot represent: refused, by both
+        assert "not a time the exporter can represent" in str(e)
+        with pytest.raises(ValueError, match="not a time"):
+            restore(ref, state)
+        return
     restore(ref, state)
     for until in untils:
         assert outcome(partial(fast.advance_to, until)) == outcome(partial(ref.advance_to, until))

@@ -29,7 +29,7 @@ from exporter.accounting import (
     restore,
     state_of,
 )
-from exporter.checkpoint import FORMAT, NAME, Checkpoint, CheckpointError
+from exporter.checkpoint import FORMAT, LOCK_NAME, NAME, Checkpoint, CheckpointError
 from exporter.collector import Renderer
 from exporter.config import Config, FileNode
 from exporter.daemon import Daemon
@@ -45,7 +45,14 @@ from support.tools import IN_CI, wait_for
 
 END_S = END // SECOND
 TARGET_S = END_S + 1000  # where the daemons compared with each other stop their clocks
-LIVE = frozenset({"smllm_source_up", "smllm_source_lag_seconds", "smllm_exporter_build_info"})
+LIVE = frozenset(
+    {
+        "smllm_source_up",
+        "smllm_source_lag_seconds",
+        "smllm_source_clock_skew_seconds",
+        "smllm_exporter_build_info",
+    }
+)
 
 
 class ManualClock:
@@ -73,7 +80,7 @@ def mode_of(path: Path) -> int:
 
 
 def names_in(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir())
+    return sorted(p.name for p in directory.iterdir() if p.name != LOCK_NAME)  # (the daemon's)
 
 
 def line_counts(paths: dict[str, Path]) -> dict[str, int]:
