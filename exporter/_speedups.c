@@ -1305,8 +1305,7 @@ static int read_tuple(PyObject *line, Read *r) {
 }
 
 static int read_item(const Item *it, Read *r) {
-    const Found *d = &it->d;
-    if (d->shape == SHAPE_JSON && d->msg_esc) return 0; /* (made already) */
+    const Found *d = &it->d; /* (an escaped JSON entry has no token: scan made its LogLine) */
     if (d->time_us < MIN_TIME_US || d->time_us > MAX_TIME_US) return 0;
     r->time_us = d->time_us, r->pid = d->pid, r->time = NULL, r->pid_obj = NULL;
     r->tok = d->tok;

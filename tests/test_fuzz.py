@@ -259,15 +259,21 @@ def test_no_line_raises_and_the_compiled_feed_leaves_what_the_python_loop_leaves
         for cut in [*cuts, len(todo)]:  # in batches, resumed from a checkpoint between them
             batch = tuple(todo[at : at + cut])
             at += cut
-            if run == "feed_all":
-                got += p.feed_all(batch)
-            elif run == "reference":
-                got += p.feed_reference(batch)
-            else:
-                got += _compiled_feed(p, batch)
-            p = Parser.from_state(NODE, json.loads(json.dumps(p.state())))
+            p = _feed_and_resume(run, p, batch, got)
         results.append((got, p.state(), p.flush(2**80)))
     assert all(r == results[-1] for r in results)
+
+
+def _feed_and_resume(run: str, p: Parser, batch: Sequence[LogLine], got: list[Record]) -> Parser:
+    """One batch through `run` (feed_all, the bare compiled feed, or the reference), its
+    records added to `got`; the parser resumed from its checkpointed state after it."""
+    if run == "feed_all":
+        got += p.feed_all(batch)
+    elif run == "reference":
+        got += p.feed_reference(batch)
+    else:
+        got += _compiled_feed(p, batch)
+    return Parser.from_state(NODE, json.loads(json.dumps(p.state())))
 
 
 def _compiled_feed(p: Parser, lines: Sequence[LogLine]) -> list[Record]:
@@ -357,14 +363,10 @@ def test_lines_read_from_bytes_feed_as_their_log_lines_do(
             batch = read(texts_k, joined=k % 2 == 1)
             if batch is None:
                 return  # (a line the decoder must judge: no Lines to test)
-            if run == "feed_all":
-                got += p.feed_all(batch)
-            elif run == "reference":
+            if run == "reference":
                 made = tuple(batch)
                 assert made == tuple(batch[i] for i in range(-len(made), 0)) == batch[:]
-                got += p.feed_reference(made)
-            else:
-                got += _compiled_feed(p, batch)
-            p = Parser.from_state(NODE, json.loads(json.dumps(p.state())))
+                batch = made
+            p = _feed_and_resume(run, p, batch, got)
         results.append((got, p.state(), p.flush(2**80)))
     assert all(r == results[-1] for r in results)
