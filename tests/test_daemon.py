@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -282,17 +283,24 @@ def test_http_endpoints(tmp_path: Path) -> None:
 
 
 def raw_request(d: DaemonThread, data: bytes) -> bytes:
-    """What the daemon's server sends back for `data` until it closes (5 s at most)."""
+    """What the daemon's server sends back for `data`: one whole answer (a kept-alive connection
+    stays open after it), or what came until it closed (5 s at most)."""
     assert d.daemon.address is not None
     with socket.create_connection(("127.0.0.1", d.daemon.address[1]), timeout=5) as sock:
         out = b""
         try:
             sock.sendall(data)
-            while chunk := sock.recv(65536):
+            while not _whole_answer(out) and (chunk := sock.recv(65536)):
                 out += chunk
         except ConnectionResetError:  # closed with our bytes unread: a reset, not a FIN
             pass
         return out
+
+
+def _whole_answer(out: bytes) -> bool:
+    head, sep, body = out.partition(b"\r\n\r\n")
+    length = re.search(rb"\r\nContent-Length: (\d+)", head)
+    return bool(sep) and length is not None and len(body) >= int(length[1])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
