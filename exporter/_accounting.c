@@ -21,7 +21,8 @@
  * in C too, and those whose interval comes in the same call never enter in_flight (see Launch):
  * between two calls, every Python object holds what the Python loop would have left in it. It
  * remembers the kind of each token count it looked up in `kind_of` in `kind_cache` (a
- * bytearray Accounting keeps for it), which holds because kind_of only grows. Both functions
+ * bytearray Accounting keeps for it), which holds because an entry of kind_of never changes
+ * (the rules decide a count's kind once and for all; the dict may be emptied). Both functions
  * are bound by memory more than by work: they fetch the records and ints ahead.
  */
 #define PY_SSIZE_T_CLEAN
@@ -479,8 +480,8 @@ static int take_interval(Sums *s, const Ctx *c, PyObject *iv) {
     int err;
     NSlot *n = node_slot(s, f[0], c->nodes, c->node_index, &err);
     if (n == NULL) return err ? -1 : 0;
-    /* kind_of[tokens]: what the cache remembers of it (kind_of only grows: an entry never
-     * changes), else the dict */
+    /* kind_of[tokens]: what the cache remembers of it (an entry of kind_of never changes),
+     * else the dict */
     KSlot *k;
     long long tokens = v[0];
     int cacheable = tokens_o != Py_None && tokens >= 0 && tokens < c->cache_len;

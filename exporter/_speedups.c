@@ -1166,6 +1166,40 @@ static PyObject *pair(long long a, long long b) {
     return t;
 }
 
+/* 1 when dict `d` has the int key `k`, 0 when not, -1 on an error. */
+static int has_int_key(PyObject *d, long long k) {
+    PyObject *key = PyLong_FromLongLong(k);
+    if (key == NULL) return -1;
+    int r = PyDict_Contains(d, key);
+    Py_DECREF(key);
+    return r;
+}
+
+/* 1 when a launch of (slot, task) takes nothing from `started` (no other task of that slot in
+ * it, and room for it within `bound`), 0 when it would, -1 on an error. */
+static int launch_fits(PyObject *started, long long slot, long long task, Py_ssize_t bound) {
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    int there = 0;
+    while (PyDict_Next(started, &pos, &key, &value)) {
+        if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2) return 0;
+        PyObject *s = PyTuple_GET_ITEM(key, 0), *k = PyTuple_GET_ITEM(key, 1);
+        if (!PyLong_CheckExact(s) || !PyLong_CheckExact(k)) return 0;
+        int over = 0;
+        long long sv = PyLong_AsLongLongAndOverflow(s, &over);
+        long long kv = over ? 0 : PyLong_AsLongLongAndOverflow(k, &over);
+        if (over || PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (sv == slot) {
+            if (kv != task) return 0;
+            there = 1;
+        }
+    }
+    return there || PyDict_GET_SIZE(started) < bound;
+}
+
 /* One common line's token applied as Parser.feed_all applies it: 1 done, 0 hand back (the line
  * would add a pending stop, which Python decides), -1 on error. */
 static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyObject *node,
@@ -1183,6 +1217,10 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
         return 1;
     }
     case TOTAL: {
+        if (PyDict_GET_SIZE(last_timed) >= max_started) { /* a new slot beyond the bound? */
+            int known = has_int_key(last_timed, t->slot);
+            if (known <= 0) return known; /* (Python forgets one: the reference's to do) */
+        }
         Block used = *b;
         if (!b->any || !matches) memset(&used, 0, sizeof used);
         memset(b, 0, sizeof *b);
@@ -1217,6 +1255,10 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
         return bad ? -1 : 1;
     }
     case LAUNCH: {
+        /* a request still on this slot is lost, and so is the oldest beyond the bound: both
+         * for the reference to say (only a launch on a free slot, within it, is done here) */
+        int fits = launch_fits(started, t->slot, t->task, max_started);
+        if (fits <= 0) return fits;
         PyObject *key = pair(t->slot, t->task);
         PyObject *at = time != NULL ? Py_NewRef(time) : PyLong_FromLongLong(end);
         int bad = key == NULL || at == NULL || PyDict_SetItem(started, key, at) < 0;
@@ -1224,19 +1266,6 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
         if (bad) {
             Py_XDECREF(at);
             return -1;
-        }
-        if (PyDict_GET_SIZE(started) > max_started) { /* forget the oldest launch */
-            Py_ssize_t pos = 0;
-            PyObject *oldest, *value;
-            if (PyDict_Next(started, &pos, &oldest, &value)) {
-                Py_INCREF(oldest);
-                bad = PyDict_DelItem(started, oldest);
-                Py_DECREF(oldest);
-                if (bad) {
-                    Py_DECREF(at);
-                    return -1;
-                }
-            }
         }
         PyObject *items[7] = {
             Py_NewRef(node), at, Py_NewRef(types[1]), Py_NewRef(pid),

@@ -36,6 +36,7 @@ CLOCK_ALLOWANCE_US = 5 * SECOND
 # seconds: the seed's 2-15 s reconcile and 20-60 s extraction calls, up to max_request_seconds
 DEFAULT_BUCKETS_S = tuple(map(float, (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)))
 KIND_CACHE_TOKENS = 1 << 16  # the compiled add_all remembers the kind of fewer tokens than this
+KIND_OF_MAX = 1 << 14  # token counts whose kind is remembered (then forgotten all at once)
 
 
 @dataclass(slots=True)
@@ -142,6 +143,7 @@ class Accounting:
         max_request_us: int = 600 * SECOND,
         stall_us: int = 300 * SECOND,
         buckets_s: Sequence[float] = DEFAULT_BUCKETS_S,
+        clock_allowance_us: int = CLOCK_ALLOWANCE_US,
     ) -> None:
         self.kinds = kinds
         self.kind_names = kinds.names
@@ -153,6 +155,7 @@ class Accounting:
         self.origin_us = origin_us
         self.max_request_us = max_request_us
         self.stall_us = stall_us
+        self.clock_allowance_us = clock_allowance_us
         self.buckets_us = tuple(round(b * SECOND) for b in buckets_s)
         self.node_names = tuple(nodes)
         self._node_index = {n: i for i, n in enumerate(self.node_names)}
@@ -165,8 +168,8 @@ class Accounting:
         # the copies of the per-kind counters the last snapshot holds, kept until they change:
         # successive snapshots share what did not change (and a renderer can tell by identity)
         self._copies: dict[tuple[str, str], KindCounters] = {}
-        # the compiled add_all's copy of `_kind_of` (which only grows), by token count: 1 + the
-        # kind's index in `_sorted_kinds`, 0 when not known yet
+        # the compiled add_all's copy of `_kind_of` (whose entries never change), by token
+        # count: 1 + the kind's index in `_sorted_kinds`, 0 when not known yet
         self._kind_cache = bytearray(KIND_CACHE_TOKENS if compiled is not None else 0)
 
     def _new_node(self, newest_us: int) -> NodeState:
@@ -234,19 +237,33 @@ class Accounting:
                 event(rec)
 
     def line_read(
-        self, node: str, time_us: int | None, entries: int = 1, *, now_us: int | None = None
+        self,
+        node: str,
+        time_us: int | None,
+        entries: int = 1,
+        *,
+        now_us: int | None = None,
+        ended_us: int | None = None,
     ) -> None:
-        """The source read `entries` entries, the newest at journal time `time_us`. Given
-        `now_us`, a time more than CLOCK_ALLOWANCE_US ahead of it is the node's
-        `clock_skew_us` (0 once a batch's newest time is in line again)."""
+        """The source read `entries` entries, the newest at journal time `time_us`; `ended_us`:
+        the latest request end the batch brought, if it brought one. Given `now_us`, a time
+        more than `clock_allowance_us` ahead of it is the node's `clock_skew_us` (0 once a
+        batch's times are in line again), and counts for the watermark and the node's last
+        request end only as now + the allowance: time from outside never moves them past the
+        exporter's own (the requests are counted as they are)."""
         ns = self.nodes[node]
         ns.entries += entries
-        if time_us is None:
-            return
         if now_us is not None:
-            ahead = time_us - now_us
-            ns.clock_skew_us = ahead if ahead > CLOCK_ALLOWANCE_US else 0
-        ns.newest_us = max(ns.newest_us, time_us)
+            limit = now_us + self.clock_allowance_us
+            times = [t for t in (time_us, ended_us) if t is not None]
+            if times:
+                ns.clock_skew_us = max(times) - now_us if max(times) > limit else 0
+            if ended_us is not None and ended_us > limit:  # (it is the node's last_end_us)
+                ns.last_end_us = limit
+            if time_us is not None and time_us > limit:
+                time_us = limit
+        if time_us is not None:
+            ns.newest_us = max(ns.newest_us, time_us)
 
     def read_until(self, node: str, now_us: int) -> int:
         """The journal time up to which `node` has nothing unread: the newest entry read, or
@@ -279,6 +296,8 @@ class Accounting:
         ns = self.nodes[node]
         kind = self._kind_of.get(tokens)
         if kind is None:  # a token count not seen before: the rules decide once
+            if len(self._kind_of) >= KIND_OF_MAX:  # (bounded: it only saves a lookup)
+                self._kind_of.clear()
             kind = self._kind_of[tokens] = self.kinds.classify(tokens)
         if slot is not None and task is not None and ns.in_flight:
             ns.in_flight.pop((slot, task), None)
@@ -321,9 +340,14 @@ class Accounting:
             if slot is not None and task is not None:
                 ns.in_flight.pop((slot, task), None)
                 ns.cancelled += 1
-        elif kind is EventKind.RESTART:
-            ns.aborted += len(ns.in_flight)
-            ns.in_flight.clear()
+        elif kind is EventKind.LOST:  # (the parser saw its slot taken)
+            if slot is not None and task is not None:
+                ns.in_flight.pop((slot, task), None)
+        elif kind is EventKind.ABORTED:  # in flight when its server exited
+            if slot is not None and task is not None:
+                ns.in_flight.pop((slot, task), None)
+            ns.aborted += 1
+        elif kind is EventKind.RESTART:  # (the old server's requests end when it has gone)
             ns.restarts += 1
             ns.start_lines = False
         elif kind is EventKind.PARSE_ERROR:

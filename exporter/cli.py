@@ -310,7 +310,12 @@ def _report(args: argparse.Namespace) -> int:
     progress = _progress if sys.stderr.isatty() else None
     tune_gc()
     builder = report.Builder(
-        [n.name for n in nodes], kinds, args.since, args.until, max_request_us=max_request_us
+        [n.name for n in nodes],
+        kinds,
+        args.since,
+        args.until,
+        max_request_us=max_request_us,
+        slots=cfg.slots,
     )
     failed = asyncio.run(
         sources.read_windows(nodes, args.since, args.until + max_request_us, builder.add, progress)

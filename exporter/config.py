@@ -16,6 +16,7 @@ import yaml
 
 from exporter.accounting import DEFAULT_BUCKETS_S
 from exporter.kinds import DEFAULT_RULES, KindRule, Kinds
+from exporter.parse import DEFAULT_SLOTS, MAX_SLOTS
 from exporter.times import since_us as _since_us
 
 DEFAULT_PATH = Path("/etc/sm-llm-exporter/config.yaml")
@@ -85,6 +86,8 @@ class Config:
     stall_seconds: int = 300
     since: str = "now"
     duration_buckets: tuple[float, ...] = DEFAULT_BUCKETS_S
+    slots: int = DEFAULT_SLOTS  # a node's slot count until its llama-server logs n_slots
+    clock_allowance_seconds: int = 5  # how far ahead of this clock a node's journal may be
     kinds: Kinds = field(default_factory=lambda: Kinds(DEFAULT_RULES))
     nodes: tuple[NodeConfig, ...] = ()
 
@@ -109,6 +112,8 @@ TOP_KEYS = {
     "stall_seconds",
     "since",
     "duration_buckets",
+    "slots",
+    "clock_allowance_seconds",
     "kinds",
     "nodes",
 }
@@ -138,9 +143,105 @@ _SECRET_KEYS = {"password", "passphrase", "secret", "token"}
 
 ALL_SOURCES = frozenset(NODE_KEYS)
 
+# A config is a few KiB and a few hundred values; these bound what a hostile or mistaken one can
+# make the loader do (issue 14): past them the document is one problem, never a hang, an
+# exhausted memory or a RecursionError from PyYAML's recursive composer.
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 64  # collections inside collections, through aliases too
+MAX_VALUES = 100_000  # every scalar and collection, an alias counting as all it stands for
+_MAX_INT_CHARS = 100  # longer, YAML 1.1's base-60 ints (1:2:3...) take quadratic time
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """A document past one of the bounds above, at the mark where it went past."""
+
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that leaves timestamps as text: `since` is checked like every other value."""
+    """SafeLoader that leaves timestamps as text (`since` is checked like every other value),
+    refuses a document past MAX_DEPTH or MAX_VALUES, or with an alias inside the collection it
+    names, while composing it (before it recurses any deeper), and turns a tag's constructor
+    choking on its text (`!!int x`) into a ConstructorError at the node's line."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._open_anchors: set[str] = set()
+        # node -> (values, depth) as its aliases expand: a post-order memo, so each node of the
+        # composed graph is measured once, however often an alias repeats it
+        self._measured: dict[yaml.Node, tuple[int, int]] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event: Any = self.peek_event()  # type: ignore[no-untyped-call]  # (untyped in the stubs)
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:
+                raise _Refused(
+                    "an alias inside the collection it names (a cycle)", event.start_mark
+                )
+            return super().compose_node(parent, index)  # a node measured already
+        opens = isinstance(event, yaml.CollectionStartEvent)
+        if opens:
+            self._depth += 1
+            if self._depth > MAX_DEPTH:
+                raise _Refused(f"nested deeper than {MAX_DEPTH} levels", event.start_mark)
+            if event.anchor is not None:
+                self._open_anchors.add(event.anchor)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            if opens:
+                self._depth -= 1
+                self._open_anchors.discard(event.anchor)
+        if node is not None:
+            self._measure(node)
+        return node
+
+    def _measure(self, node: yaml.Node) -> None:
+        """Record `node`'s expanded size and depth; its children, composed before it, are
+        measured already (an alias names a finished collection: cycles are refused)."""
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            self._measured[node] = (1, 0)
+            return
+        sizes = [self._measured[child] for child in children]
+        values = 1 + sum(v for v, _ in sizes)
+        depth = 1 + max((d for _, d in sizes), default=0)
+        if values > MAX_VALUES:
+            raise _Refused(
+                f"expands to more than {MAX_VALUES:,} values "
+                "(an alias counts as all it stands for)",
+                node.start_mark,
+            )
+        if depth > MAX_DEPTH:
+            raise _Refused(
+                f"nested deeper than {MAX_DEPTH} levels through its aliases", node.start_mark
+            )
+        self._measured[node] = (values, depth)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        if (
+            node.tag == "tag:yaml.org,2002:int"
+            and isinstance(node, yaml.ScalarNode)
+            and len(node.value) > _MAX_INT_CHARS
+        ):
+            raise yaml.constructor.ConstructorError(
+                problem=f"an integer written in more than {_MAX_INT_CHARS} characters",
+                problem_mark=node.start_mark,
+            )
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except Exception:  # ValueError, KeyError ...: the text is not of its tag
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise yaml.constructor.ConstructorError(
+                problem=f"the value does not read as {tag}", problem_mark=node.start_mark
+            ) from None
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -155,8 +256,15 @@ def load(
     """Read and check `path`; ConfigError lists every problem found. `available`: the kinds of
     source the running program can follow (the others are problems too)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)  # bounded: `check-config /dev/zero` ends too
+    except OSError as e:
+        raise ConfigError(str(path), [f"{path}: cannot read: {e}"]) from None
+    if len(raw) > MAX_BYTES:
+        raise ConfigError(str(path), [f"{path}: over {MAX_BYTES:,} bytes: not a config"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
         raise ConfigError(str(path), [f"{path}: cannot read: {e}"]) from None
     return parse(text, str(path), env, available)
 
@@ -167,23 +275,13 @@ def parse(
     env: Mapping[str, str] = os.environ,
     available: frozenset[str] = ALL_SOURCES,
 ) -> Config:
+    if len(text) > MAX_BYTES:
+        raise ConfigError(source, [f"{source}: over {MAX_BYTES:,} characters: not a config"])
     try:
-        loader = _Loader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else {}
-        finally:
-            loader.dispose()
+        node, data = _compose_and_construct(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        what = " ".join(
-            str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x
-        ) or str(e)
-        raise ConfigError(source, [f"{where}: not valid YAML: {what}"]) from None
-    lines: dict[str, int] = {}
-    if node is not None:
-        _index_lines(node, "", lines)
+        raise ConfigError(source, [_yaml_problem(e, text, source)]) from None
+    lines = _index_lines(node) if node is not None else {}
     checker = _Checker(source, lines, env, available)
     config = checker.config(data)
     if checker.problems:
@@ -191,16 +289,68 @@ def parse(
     return config
 
 
-def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
-    out.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            sub = f"{path}.{key.value}" if path else str(key.value)
-            out[sub] = key.start_mark.line + 1
-            _index_lines(value, sub, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _index_lines(item, f"{path}[{i}]", out)
+def _compose_and_construct(text: str) -> tuple[yaml.Node | None, Any]:
+    """The document's node graph (for the lines) and its Python value."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        return node, loader.construct_document(node) if node is not None else {}
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(e: yaml.YAMLError, text: str, source: str) -> str:
+    """The one problem of a document PyYAML cannot read or `_Loader` refused, at its line."""
+    if isinstance(e, yaml.reader.ReaderError):  # raised before any mark exists
+        line = len(_YAML_LINE_BREAK.findall(text, 0, e.position)) + 1
+        return (
+            f"{source}:{line}: not valid YAML: unacceptable character "
+            f"#x{e.character:04x}: {e.reason}"
+        )
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f"{source}:{mark.line + 1}" if mark is not None else source
+    if isinstance(e, _Refused):
+        return f"{where}: {e.problem}"
+    what = " ".join(
+        str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x
+    ) or str(e)
+    return f"{where}: not valid YAML: {_unquote(' '.join(what.split()))}"
+
+
+_YAML_LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")  # what PyYAML's marks count
+# PyYAML quotes the text it stumbled on; an alias, tag or anchor name there may be a password
+# pasted after `*`, `!` or `&`. A single character (a tab, a stray `@`) is shown, as are token
+# names like '<block end>'; anything longer is not.
+_QUOTED = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
+_SHOWN_QUOTE = re.compile(r"""(['"])(?:[^\\]|\\(?:x..|u....|U........|.)|<[a-z ]+>)\1""")
+
+
+def _unquote(text: str) -> str:
+    return _QUOTED.sub(
+        lambda m: m.group() if _SHOWN_QUOTE.fullmatch(m.group()) else "(text not shown)", text
+    )
+
+
+def _index_lines(root: yaml.Node) -> dict[str, int]:
+    """Key path -> line, for the problems. Iterative, walking aliases as they expand: the
+    loader bounded that walk to MAX_VALUES nodes and MAX_DEPTH levels."""
+    out: dict[str, int] = {}
+    todo: list[tuple[yaml.Node, str, int | None]] = [(root, "", None)]
+    while todo:
+        node, path, key_line = todo.pop()
+        if key_line is not None:
+            out[path] = key_line
+        out.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                sub = f"{path}.{name}" if path else str(name)
+                todo.append((value, sub, key.start_mark.line + 1))
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend(
+                (node.value[i], f"{path}[{i}]", None) for i in reversed(range(len(node.value)))
+            )
+    return out
 
 
 class _Checker:
@@ -212,14 +362,16 @@ class _Checker:
         self.source, self.lines, self.env, self.available = source, lines, env, available
         self._found: list[tuple[int, str]] = []
 
-    def problem(self, path: str, text: str) -> None:
+    def problem(self, path: str, text: str, shown: str | None = None) -> None:
+        """`text` at `path`'s line; `shown`, if given, is the path as the problem names it."""
         probe = path
         while probe and probe not in self.lines:  # the nearest enclosing key that has a line
             shorter = re.sub(r"(\.[^.\[]*|\[\d+\])$", "", probe)
             probe = shorter if shorter != probe else ""
         line = self.lines.get(probe, 0)
         where = f"{self.source}:{line}" if line else self.source
-        self._found.append((line, f"{where}: {path or '(top)'}: {text}"))
+        named = _printable(shown or path) or "(top)"
+        self._found.append((line, f"{where}: {named}: {text}"))
 
     @property
     def problems(self) -> list[str]:
@@ -236,12 +388,17 @@ class _Checker:
             sub = f"{path}.{key}" if path else str(key)
             if key in allowed:
                 continue
-            if not path.startswith("kinds") and str(key).lower() in _SECRET_KEYS:
+            in_kinds = path.startswith("kinds")  # (where `token` is a typo, no secret)
+            if not in_kinds and str(key).lower() in _SECRET_KEYS:
                 self.problem(sub, "secrets are never inline: use password_file or password_env")
                 continue
             near = difflib.get_close_matches(str(key), sorted(allowed), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            self.problem(sub, f"unknown key {key!r}{hint}")
+            if not _key_shown(key):
+                shown = f"{path}.(a key)" if path else "(a key)"
+                self.problem(sub, f"unknown key, not shown as it may hold a secret{hint}", shown)
+                continue
+            self.problem(sub, f"unknown key {_show(key)}{hint}")
         return value
 
     def get(
@@ -258,9 +415,10 @@ class _Checker:
         sub = f"{path}.{key}" if path else key
         try:
             return kind(d[key])
-        except (TypeError, ValueError) as e:
-            shown = "" if key in _MAY_HOLD_A_SECRET else f", got {_show(d[key])}"
-            self.problem(sub, f"{what}{shown}" + (f" ({e})" if str(e) else ""))
+        except (TypeError, ValueError, OverflowError) as e:
+            secret = key in _MAY_HOLD_A_SECRET
+            shown = "" if secret else f", got {_show(d[key])}"
+            self.problem(sub, f"{what}{shown}{_reason(e, secret)}")
             return default
 
     def config(self, data: Any) -> Config:
@@ -320,6 +478,15 @@ class _Checker:
                 d.duration_buckets,
                 "must be a list of increasing positive seconds",
             ),
+            slots=self.get(top, "slots", "", _slots, d.slots, f"must be an integer 1..{MAX_SLOTS}"),
+            clock_allowance_seconds=self.get(
+                top,
+                "clock_allowance_seconds",
+                "",
+                _allowance,
+                d.clock_allowance_seconds,
+                f"must be an integer 1..{MAX_ALLOWANCE_S} (seconds)",
+            ),
             kinds=self.kinds(top.get("kinds")) if "kinds" in top else d.kinds,
             nodes=self.nodes(top.get("nodes"), unit),
         )
@@ -329,6 +496,7 @@ class _Checker:
             self.problem("kinds", f"must be a non-empty list of rules, got {_show(value)}")
             return Kinds(DEFAULT_RULES)
         rules: list[KindRule] = []
+        names: set[str] = set()
         for i, item in enumerate(value):
             path = f"kinds[{i}]"
             k = self.mapping(item, path, KIND_KEYS)
@@ -347,9 +515,13 @@ class _Checker:
             if lo is not None and hi is not None and lo > hi:
                 self.problem(path, f"min_tokens {lo} is above max_tokens {hi}")
             if name is not None:
-                if any(r.name == name for r in rules):
+                if name in names:
                     self.problem(f"{path}.name", f"kind {name!r} is defined twice")
+                names.add(name)
                 rules.append(KindRule(name, lo, hi))
+        if len(rules) > MAX_KINDS:  # (every mix of kinds is a series: 2**kinds of them)
+            self.problem("kinds", f"at most {MAX_KINDS} kinds, got {len(rules)}")
+            return Kinds(DEFAULT_RULES)
         return Kinds(tuple(rules)) if rules else Kinds(DEFAULT_RULES)
 
     def nodes(self, value: Any, unit: str) -> tuple[NodeConfig, ...]:
@@ -468,7 +640,7 @@ class _Checker:
     def _var(self, m: re.Match[str]) -> str:
         name = m.group(1) or m.group(2)
         if name not in self.env:
-            raise ValueError(f"${name} is not set")
+            raise _Unset(name)
         return self.env[name]
 
     def _paths(self, value: Any) -> tuple[Path, ...]:
@@ -478,13 +650,119 @@ class _Checker:
 
 
 # Keys whose bad value may be a secret pasted by mistake (a password, key material): never
-# echoed in a problem (the problem still names the key, its line and what it must be).
+# echoed in a problem (the problem still names the key, its line and what it must be), nor
+# shown inside a value that holds them (`_show`).
 _MAY_HOLD_A_SECRET = frozenset({"password_env", "password_file", "client_keys"})
+# The variables systemd sets for a service (systemd.exec(5)): public names, so a problem of a key
+# that may hold a secret names them; any other `$NAME` there may be the tail of a password.
+_SERVICE_VARIABLES = frozenset(
+    {
+        "CREDENTIALS_DIRECTORY",
+        "RUNTIME_DIRECTORY",
+        "STATE_DIRECTORY",
+        "CACHE_DIRECTORY",
+        "LOGS_DIRECTORY",
+        "CONFIGURATION_DIRECTORY",
+        "HOME",
+    }
+)
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+class _Unset(ValueError):
+    """A path names a $VARIABLE that is not set."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"${name} is not set")
+        self.name = name
+
+
+def _reason(e: Exception, secret: bool) -> str:
+    """Why a value was refused, in brackets; for a key that may hold a secret, nothing of the
+    value but the name of a service variable."""
+    if not secret:
+        return f" ({e})" if str(e) else ""
+    if isinstance(e, _Unset):
+        return f" ({e})" if e.name in _SERVICE_VARIABLES else " (a variable it names is not set)"
+    return ""
+
+
+def _names_a_secret(key: object) -> bool:
+    """Whether `key`'s value may be a secret; `key` may be one too: in a flow mapping, a missed
+    colon makes one key of `{password_file hunter2}`."""
+    if not isinstance(key, str):
+        return False
+    low = key.lower()
+    return (
+        key in _MAY_HOLD_A_SECRET
+        or low in _SECRET_KEYS
+        or any(word in low for word in ("password", "passphrase", "secret"))
+    )
+
+
+def _key_shown(key: object) -> bool:
+    """Whether a problem may show `key` itself: any key but one that mentions a secret beyond
+    the names of the keys that may hold one."""
+    return not _names_a_secret(key) or key in _MAY_HOLD_A_SECRET or str(key).lower() in _SECRET_KEYS
+
+
+class _Shown(str):
+    """A piece of `_show`'s text, as opposed to a value still to be shown."""
+
+
+def _printable(text: str) -> str:
+    """`text` with its unprintable characters escaped: a key path, from the config's keys, stays
+    on the problem's one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters, but with the values of keys that may hold a secret
+    (at any depth) as <not shown>. Built piece by piece, without recursion: a deep or huge value
+    costs what is shown."""
+    text = ""
+    for piece in _repr_pieces(value):
+        text += piece
+        if len(text) > limit:
+            return text[: limit - 3] + "..."
+    return text
+
+
+_DONE = object()
+
+
+def _repr_pieces(value: Any) -> Iterator[str]:
+    todo: list[Iterator[Any]] = [iter([value])]
+    while todo:
+        item = next(todo[-1], _DONE)
+        if item is _DONE:
+            todo.pop()
+        elif isinstance(item, _Shown):
+            yield item
+        elif isinstance(item, dict):
+            todo.append(_entry_pieces(item))
+        elif isinstance(item, list | tuple):
+            todo.append(_item_pieces(item))
+        else:
+            yield repr(item)
+
+
+def _entry_pieces(d: dict[Any, Any]) -> Iterator[Any]:
+    yield _Shown("{")
+    for i, (key, value) in enumerate(d.items()):
+        shown = repr(key) if _key_shown(key) else "<not shown>"
+        yield _Shown(f"{', ' if i else ''}{shown}: ")
+        yield _Shown("<not shown>") if _names_a_secret(key) else value
+    yield _Shown("}")
+
+
+def _item_pieces(items: list[Any] | tuple[Any, ...]) -> Iterator[Any]:
+    tuple_ = isinstance(items, tuple)
+    yield _Shown("(" if tuple_ else "[")
+    for i, item in enumerate(items):
+        if i:
+            yield _Shown(", ")
+        yield item
+    yield _Shown(",)" if tuple_ and len(items) == 1 else ")" if tuple_ else "]")
 
 
 def _listen(value: Any) -> tuple[str, int]:
@@ -507,6 +785,22 @@ def _unit(value: Any) -> str:
     if len(unit) > 255 or not _UNIT.fullmatch(unit):
         raise ValueError("")
     return unit
+
+
+MAX_KINDS = 8
+MAX_ALLOWANCE_S = 7 * 86_400
+
+
+def _slots(value: Any) -> int:
+    if _positive_int(value) > MAX_SLOTS:
+        raise ValueError("")
+    return int(value)
+
+
+def _allowance(value: Any) -> int:
+    if _positive_int(value) > MAX_ALLOWANCE_S:
+        raise ValueError("")
+    return int(value)
 
 
 def _positive_int(value: Any) -> int:
@@ -587,6 +881,8 @@ def _buckets(value: Any) -> tuple[float, ...]:
     out = tuple(_positive_float(v) for v in value)
     if not all(math.isfinite(b) for b in out):
         raise ValueError("+Inf is always there: list the finite bounds")
+    if not all(math.isfinite(b * 1_000_000) for b in out):  # 1.0e+308 s: no microseconds
+        raise ValueError("")
     us = [round(b * 1_000_000) for b in out]
     if us[0] < 1 or any(b >= a for a, b in zip(us[1:], us, strict=False)):
         raise ValueError("")

@@ -12,9 +12,11 @@ Cancellation is the only way it stops.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -79,13 +81,19 @@ class Daemon:
         self.since_us = config.since_us(self._now_us())
         names = [n.name for n in config.nodes]
         self.acc = self._fresh_accounting()
-        self.parsers = {n: Parser(n) for n in names}
+        self.parsers = {n: Parser(n, slots=config.slots) for n in names}
         self.positions: dict[str, str] = dict.fromkeys(names, "")
         self.node_since = dict.fromkeys(
             names, self.since_us
         )  # where a node without position starts
         self._served: Snapshot = self.acc.snapshot()  # the last checkpointed snapshot
         self._failing = False
+        # states in the order they were taken, and the newest written: a write that took its
+        # state earlier but reaches the disk later (a worker thread still encoding when the
+        # final write runs) never replaces a newer checkpoint
+        self._taken = itertools.count(1)
+        self._written = 0
+        self._write_lock = threading.Lock()
         self._rng = random.Random()
         self.address: tuple[str, int] | None = None
         self.turns = 0  # ingest loop turns: the heartbeat
@@ -108,6 +116,7 @@ class Daemon:
             max_request_us=c.max_request_seconds * SECOND,
             stall_us=c.stall_seconds * SECOND,
             buckets_s=c.duration_buckets,
+            clock_allowance_us=c.clock_allowance_seconds * SECOND,
         )
 
     def _ready(self) -> bool:
@@ -204,7 +213,7 @@ class Daemon:
         finally:  # cancelled: a last checkpoint of everything applied (after the one being
             # written, if any: Checkpoint.write takes its lock)
             try:
-                self.checkpoint.write(self.state())
+                self._write(self._state_values(), next(self._taken))
             except OSError as e:
                 log.error("final checkpoint %s failed: %s", self.checkpoint.path, e)
 
@@ -272,11 +281,11 @@ class Daemon:
                     "it is, but the watermark does not go past now (clock skew, or a corrupted "
                     "entry; see smllm_source_clock_skew_seconds)",
                     node,
-                    iso(batch.newest_us or 0),
+                    iso(now_us + ns.clock_skew_us),
                     ns.clock_skew_us / SECOND,
                 )
-        if ns.restarts != restarts or ns.parse_errors != errors:  # (rare: look only then)
-            self._log_events(node, recs, ns.aborted - aborted)
+        if ns.restarts != restarts or ns.parse_errors != errors or ns.aborted != aborted:
+            self._log_events(node, recs, ns.aborted - aborted)  # (rare: look only then)
         if batch.position:
             self.positions[node] = batch.position
         ended = self._ended.get(node)
@@ -306,11 +315,21 @@ class Daemon:
             elif rec.kind is EventKind.RESTART:
                 log.info("node %s: llama-server restarted (%s)", node, rec.detail)
         if aborted:
-            log.info("node %s: %d requests in flight aborted by the restart", node, aborted)
+            log.info(
+                "node %s: %d requests in flight aborted: their llama-server has exited",
+                node,
+                aborted,
+            )
 
     def _tick(self, now_us: int) -> None:
         for node, parser in self.parsers.items():
-            self.acc.add_all(parser.flush(self.acc.read_until(node, now_us)))
+            recs = parser.flush(self.acc.read_until(node, now_us))
+            if recs:
+                ns = self.acc.nodes[node]
+                aborted = ns.aborted
+                self.acc.add_all(recs)
+                if ns.aborted != aborted:
+                    self._log_events(node, recs, ns.aborted - aborted)
         self.acc.advance(now_us)
 
     # -- checkpoint, then publish --------------------------------------------------------------
@@ -330,14 +349,19 @@ class Daemon:
             "written_at_us": self._now_us(),
         }
 
-    def _write(self, state: dict[str, Any]) -> None:
-        self.checkpoint.write(Checkpoint.encode(state))
+    def _write(self, state: dict[str, Any], taken: int) -> None:
+        """Write `state`, the `taken`-th taken, unless a newer one is on disk already."""
+        data = Checkpoint.encode(state)
+        with self._write_lock:
+            if taken > self._written:
+                self.checkpoint.write(data)
+                self._written = taken
 
     async def _checkpoint_then_publish(self) -> None:
         """Scrapes only ever see values a checkpoint holds: write it, then publish them."""
         snapshot, state = self.acc.snapshot(), self._state_values()
         try:
-            await asyncio.to_thread(self._write, state)
+            await asyncio.to_thread(self._write, state, next(self._taken))
         except OSError as e:
             self.checkpoint_errors += 1
             if not self._failing:
@@ -409,7 +433,7 @@ class Daemon:
         try:
             notes = restore(self.acc, saved["accounting"])
             parsers = {
-                n: Parser.from_state(n, st)
+                n: Parser.from_state(n, st, self.config.slots)
                 for n, st in saved["parsers"].items()
                 if n in self.parsers
             }

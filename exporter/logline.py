@@ -48,6 +48,8 @@ class EventKind(enum.Enum):
     STARTED = "started"  # a slot launched a task
     CANCELLED = "cancelled"  # a task stopped and no timing block followed
     RESTART = "restart"  # a new llama-server PID on the node
+    LOST = "lost"  # a launched task whose end never came (a new task took its slot)
+    ABORTED = "aborted"  # a task in flight when its llama-server exited
     PARSE_ERROR = "parse_error"  # a line that looks like timing but does not parse
 
 

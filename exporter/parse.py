@@ -23,7 +23,17 @@ STOP_GRACE_US = 1_000_000
 # Anything longer than a week or bigger than a billion tokens is a garbled line, not a request.
 MAX_DURATION_US = 7 * 86_400 * 1_000_000
 MAX_TOKENS = 1_000_000_000
-MAX_STARTED = 4096  # launches remembered per node while their end has not come
+# A node holds at most this many more requests in flight than it has slots (a launch whose end
+# never came, on a slot id no server has, is then lost); `slots` is the configured count until
+# the server logs its own `n_slots = N`.
+DEFAULT_SLOTS = 4
+SLOT_MARGIN = 2
+MAX_SLOTS = 65536  # an n_slots beyond this is a garbled line
+# A PID that logged before the current one is still running until it has logged nothing for
+# this long (journal time): its late lines are its own, and only then are its requests aborted.
+PID_GONE_US = 10_000_000
+MAX_SERVERS = 4  # older PIDs followed at once (the oldest is taken as gone beyond that)
+KNOWN_PIDS = 16  # PIDs remembered as seen: one of them logging again is no restart
 
 # Every line `Parser.feed` can use contains one of these; a source may skip the others unread.
 KEYWORDS = (
@@ -34,6 +44,8 @@ KEYWORDS = (
     b"stop processing",
     b"slot released",
     b"slot is processing task",
+    b"n_slots",
+    b"cleaning up before exit",
 )
 
 _TOTAL = re.compile(r"total time\s*=\s*(\S+)\s*ms(?:\s*/\s*(\S+)\s+tokens)?")
@@ -42,6 +54,7 @@ _EVAL = re.compile(r"eval time\s*=\s*(\S+)\s*ms\s*/\s*(\S+)\s+(?:tokens|runs)")
 # `slot print_timing: id  0 | task 22576 | ...` (eras C and D), and era B's ids in its
 # key=value tail (`id_slot=0 id_task=408`, early 2024 `slot_id=0 task_id=408`) or its JSON
 # log format (`"id_slot":0,"id_task":408`).
+_N_SLOTS = re.compile(r"\bn_slots\s*=\s*(\S+?),?(?:\s|$)")
 _SLOT_TASK = re.compile(r"\bid\s+(-?\d+) \| task (-?\d+) \|")
 _SLOT_TASK_B = re.compile(
     r"\b(?:id_slot|slot_id)\"?[=:]\s*(-?\d+)[ ,]\s*\"?(?:id_task|task_id)\"?[=:]\s*(-?\d+)"
@@ -59,7 +72,7 @@ class ParseError(ValueError):
 
 # What `tokenize` makes of a line: (kind, slot, task, microseconds, count), where kind is one of
 # these; slot and task where the line names them; microseconds and count for the timing lines.
-OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE = range(7)  # (PROMPT, EVAL adjacent)
+OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE, SLOTS, EXIT = range(9)  # (PROMPT, EVAL adj.)
 Token = tuple[int, int | None, int | None, int | None, int | None]
 
 
@@ -102,8 +115,35 @@ class _Block:
 
 
 _NO_BLOCK = _Block()  # the block before any of its lines came (shared; never changed)
-_STARTED = EventKind.STARTED
+_STARTED, _LOST, _ABORTED = EventKind.STARTED, EventKind.LOST, EventKind.ABORTED
 _new = tuple.__new__
+
+
+def _copy_block(b: _Block) -> _Block:
+    if b is _NO_BLOCK:
+        return b
+    return _Block(b.slot, b.task, b.prompt_us, b.prompt_tokens, b.generation_us, b.generated_tokens)
+
+
+@dataclass(slots=True)
+class _Server:
+    """The context of a llama-server PID that is not the one logging now but may still log: an
+    old server's last lines interleaved with the new one's, or two servers under one unit."""
+
+    block: _Block
+    pending_stops: dict[tuple[int, int], int]
+    last_timed: dict[int, int]
+    started: dict[tuple[int, int], int]
+    since_us: int  # journal time it last was the one logging
+
+    def copy(self) -> _Server:
+        return _Server(
+            _copy_block(self.block),
+            dict(self.pending_stops),
+            dict(self.last_timed),
+            dict(self.started),
+            self.since_us,
+        )
 
 
 @dataclass(slots=True)
@@ -116,6 +156,17 @@ class Parser:
     pending_stops: dict[tuple[int, int], int] = field(default_factory=dict)  # (slot, task) -> t
     last_timed: dict[int, int] = field(default_factory=dict)  # slot -> task of its last block
     started: dict[tuple[int, int], int] = field(default_factory=dict)  # launched, not yet ended
+    slots: int = DEFAULT_SLOTS  # the configured slot count, until the server logs its own
+    n_slots: int = 0  # the slot count the server logged (`n_slots = N`), 0 before
+    others: dict[int, _Server] = field(default_factory=dict)  # older PIDs that may still log
+    newest_pid: int = 0  # the PID that started last (never taken as gone for its silence)
+    last_us: int = 0  # while others log too: the journal time of the current PID's last line
+    seen: dict[int, None] = field(default_factory=dict)  # the last KNOWN_PIDS PIDs, in order
+
+    @property
+    def max_in_flight(self) -> int:
+        """How many requests in flight the server can hold (with a margin): more are lost."""
+        return (self.n_slots or self.slots) + SLOT_MARGIN
 
     def feed(self, line: LogLine) -> list[Record]:
         """Parse one line; returns what it completes (often nothing)."""
@@ -146,8 +197,8 @@ class Parser:
             return out
         i, n = 0, len(todo)
         while i < n:
-            if not self.pending_stops:
-                i = fast(self, todo, i, out, FEED_TYPES, MAX_STARTED)
+            if not self.pending_stops and not self.others:
+                i = fast(self, todo, i, out, FEED_TYPES, self.max_in_flight)
                 if i == n:
                     break
             self._feed((todo[i],), out, _fast_tokenize)
@@ -168,24 +219,32 @@ class Parser:
         return out
 
     def _mark(self) -> tuple[Any, ...]:
-        b = self.block
-        block = (
-            b
-            if b is _NO_BLOCK
-            else _Block(
-                b.slot, b.task, b.prompt_us, b.prompt_tokens, b.generation_us, b.generated_tokens
-            )
-        )
         return (
             self.pid,
-            block,
+            _copy_block(self.block),
             dict(self.pending_stops),
             dict(self.last_timed),
             dict(self.started),
+            self.n_slots,
+            {pid: s.copy() for pid, s in self.others.items()},
+            dict(self.seen),
+            self.newest_pid,
+            self.last_us,
         )
 
     def _rollback(self, mark: tuple[Any, ...]) -> None:
-        self.pid, self.block, self.pending_stops, self.last_timed, self.started = mark
+        (
+            self.pid,
+            self.block,
+            self.pending_stops,
+            self.last_timed,
+            self.started,
+            self.n_slots,
+            self.others,
+            self.seen,
+            self.newest_pid,
+            self.last_us,
+        ) = mark
 
     def feed_reference(self, lines: Iterable[LogLine]) -> list[Record]:
         """`feed_all` in pure Python: the reference the compiled `feed` is held to."""
@@ -205,6 +264,10 @@ class Parser:
                 continue
             if self.pending_stops:
                 self._expire(line.time_us, out)
+            if self.others:
+                self._retire(line.time_us, line.pid, out)
+                if line.pid == self.pid:
+                    self.last_us = line.time_us
             msg = line.message
             try:
                 token = fast(msg) if fast is not None else None
@@ -246,9 +309,9 @@ class Parser:
                 if self.pending_stops:
                     self._cancel_stops_of(slot, out)
                 started = self.started  # (a restart replaces it: never keep it across lines)
+                if started:
+                    self._launch_on(slot, task, line.time_us, out)
                 started[(slot, task)] = line.time_us
-                if len(started) > MAX_STARTED:  # launches whose end never came: forget oldest
-                    del started[next(iter(started))]
                 out.append(
                     _new(Event, (self.node, line.time_us, _STARTED, line.pid, slot, task, ""))
                 )
@@ -261,21 +324,65 @@ class Parser:
                     self.pending_stops[(slot, task)] = line.time_us
             elif kind == HEADER:
                 self.block = _Block(slot=slot, task=task)  # era C: the block follows
+            elif kind == SLOTS:
+                assert count is not None
+                self.n_slots = count
+            elif kind == EXIT:
+                self._exited(line.time_us, out)
 
     def flush(self, until_us: int) -> list[Record]:
         """The journal holds nothing older than `until_us` unread: decide stops that have waited."""
         out: list[Record] = []
         if self.pending_stops:
             self._expire(until_us, out)
+        if self.others:
+            self._retire(until_us, 0, out)
         return out
 
     # -- what each kind of line does --------------------------------------------------------------
 
     def _same_server(self, line: LogLine, out: list[Record]) -> None:
-        if line.pid and line.pid != self.pid:
-            if self.pid:
-                self._restart(line, out)
-            self.pid = line.pid
+        """A line of PID `line.pid`: switch to its context. A PID not seen before is a restart;
+        the one logging until then may still log (see `_Server`)."""
+        pid = line.pid
+        if not pid or pid == self.pid:
+            return
+        before, known = self.pid, pid in self.others
+        self._switch_to(pid, line.time_us)
+        if not known and pid not in self.seen:  # a server not seen before
+            if before:
+                out.append(
+                    Event(
+                        self.node,
+                        line.time_us,
+                        EventKind.RESTART,
+                        pid,
+                        detail=f"llama-server PID {before} -> {pid}",
+                    )
+                )
+            self.newest_pid = pid
+        self.seen.pop(pid, None)
+        self.seen[pid] = None
+        if len(self.seen) > KNOWN_PIDS:
+            del self.seen[next(iter(self.seen))]
+        while len(self.others) > MAX_SERVERS:
+            oldest = next(iter(self.others))
+            self._gone(oldest, self.others.pop(oldest), line.time_us, out)
+
+    def _switch_to(self, pid: int, now_us: int) -> None:
+        """Keep the current PID's context among the others (as of `now_us`) and take up `pid`'s
+        (a fresh one for a PID not among them, 0 included)."""
+        if self.pid:
+            self.others[self.pid] = _Server(
+                self.block, self.pending_stops, self.last_timed, self.started, now_us
+            )
+        back = self.others.pop(pid, None)
+        if back is not None:
+            self.block, self.pending_stops = back.block, back.pending_stops
+            self.last_timed, self.started = back.last_timed, back.started
+        else:
+            self.block, self.pending_stops, self.last_timed, self.started = _NO_BLOCK, {}, {}, {}
+        self.pid, self.last_us = pid, now_us
 
     def _total(
         self, line: LogLine, slot: int | None, task: int | None, us: int | None, tokens: int | None
@@ -300,7 +407,10 @@ class Parser:
             if self.pending_stops:
                 self.pending_stops.pop((slot, task), None)
             self.started.pop((slot, task), None)
-            self.last_timed[slot] = task
+            last_timed = self.last_timed
+            last_timed[slot] = task
+            if len(last_timed) > self.max_in_flight:  # (slot ids no server has)
+                del last_timed[next(s for s in last_timed if s != slot)]
         # tuple.__new__ is what the NamedTuple's own __new__ calls, without its Python frame
         return _new(
             Interval,
@@ -336,19 +446,60 @@ class Parser:
         self.started.pop(key, None)
         return Event(self.node, t, EventKind.CANCELLED, self.pid, key[0], key[1])
 
-    def _restart(self, line: LogLine, out: list[Record]) -> None:
-        for key, t in list(self.pending_stops.items()):
-            out.append(self._cancel(key, t))
-        out.append(
-            Event(
-                self.node,
-                line.time_us,
-                EventKind.RESTART,
-                line.pid,
-                detail=f"llama-server PID {self.pid} -> {line.pid}",
-            )
+    def _launch_on(self, slot: int, task: int, time_us: int, out: list[Record]) -> None:
+        """Before a launch of (slot, task): a request still on that slot was lost (its end
+        never came), and so is the oldest when the node would hold more than it can."""
+        started = self.started
+        for key in [k for k in started if k[0] == slot and k[1] != task]:
+            out.append(self._lost(key, started.pop(key), time_us, "a new task on its slot"))
+        if len(started) >= self.max_in_flight and (slot, task) not in started:
+            key = next(iter(started))
+            why = f"more requests in flight than the server's {self.n_slots or self.slots} slots"
+            out.append(self._lost(key, started.pop(key), time_us, why))
+
+    def _lost(self, key: tuple[int, int], since_us: int, time_us: int, why: str) -> Event:
+        self.pending_stops.pop(key, None)
+        return Event(
+            self.node, time_us, _LOST, self.pid, key[0], key[1], f"{why} (launched {since_us})"
         )
-        self.block, self.pending_stops, self.last_timed, self.started = _NO_BLOCK, {}, {}, {}
+
+    def _retire(self, now_us: int, logging: int, out: list[Record]) -> None:
+        """Decide the older PIDs' waiting stops at journal time `now_us`, and take those that
+        have logged nothing for PID_GONE_US as gone (`logging`: the PID logging now). An older
+        PID's line was its own; after it the newest PID is the one logging again."""
+        if self.pid != self.newest_pid and self.newest_pid in self.others and logging != self.pid:
+            self._switch_to(self.newest_pid, self.last_us)
+        for pid, server in list(self.others.items()):
+            for key, t in list(server.pending_stops.items()):
+                if now_us > t + STOP_GRACE_US:
+                    del server.pending_stops[key]
+                    server.started.pop(key, None)
+                    out.append(Event(self.node, t, EventKind.CANCELLED, pid, key[0], key[1]))
+            if pid not in (logging, self.newest_pid) and now_us - server.since_us > PID_GONE_US:
+                del self.others[pid]
+                self._gone(pid, server, now_us, out)
+
+    def _exited(self, now_us: int, out: list[Record]) -> None:
+        """The server logging says it exits: what it held will not end. The one that logged
+        before it, if any, is the one logging again."""
+        server = _Server(self.block, self.pending_stops, self.last_timed, self.started, now_us)
+        self._gone(self.pid, server, now_us, out)
+        if self.others:
+            self.pid, back = self.others.popitem()
+            self.block, self.pending_stops = back.block, back.pending_stops
+            self.last_timed, self.started = back.last_timed, back.started
+        else:
+            self.block, self.pending_stops, self.last_timed, self.started = _NO_BLOCK, {}, {}, {}
+
+    def _gone(self, pid: int, server: _Server, now_us: int, out: list[Record]) -> None:
+        """PID `pid` has exited: its waiting stops were cancels, its other requests aborted."""
+        for (slot, task), t in server.pending_stops.items():
+            server.started.pop((slot, task), None)
+            out.append(Event(self.node, t, EventKind.CANCELLED, pid, slot, task))
+        for slot, task in server.started:
+            out.append(
+                Event(self.node, now_us, _ABORTED, pid, slot, task, f"llama-server {pid} exited")
+            )
 
     def _error(self, line: LogLine, why: str) -> Event:
         return Event(
@@ -363,29 +514,76 @@ class Parser:
 
     def state(self) -> dict[str, Any]:
         """Everything needed to resume mid-block, as JSON-ready values."""
-        b = self.block
         return {
             "pid": self.pid,
-            "block": [
-                b.slot,
-                b.task,
-                b.prompt_us,
-                b.prompt_tokens,
-                b.generation_us,
-                b.generated_tokens,
+            **_context_state(self.block, self.pending_stops, self.last_timed, self.started),
+            "n_slots": self.n_slots,
+            "newest_pid": self.newest_pid,
+            "last_us": self.last_us,
+            "others": [
+                [pid, s.since_us, _context_state(s.block, s.pending_stops, s.last_timed, s.started)]
+                for pid, s in self.others.items()
             ],
-            "pending_stops": [[s, t, at] for (s, t), at in self.pending_stops.items()],
-            "last_timed": [[s, t] for s, t in self.last_timed.items()],
-            "started": [[s, t, at] for (s, t), at in self.started.items()],
+            "seen": list(self.seen),
         }
 
     @classmethod
-    def from_state(cls, node: str, state: dict[str, Any]) -> Parser:
-        p = cls(node, pid=int(state["pid"]), block=_Block(*state["block"]))
-        p.pending_stops = {(int(s), int(t)): int(at) for s, t, at in state["pending_stops"]}
-        p.last_timed = {int(s): int(t) for s, t in state["last_timed"]}
-        p.started = {(int(s), int(t)): int(at) for s, t, at in state.get("started", [])}
+    def from_state(cls, node: str, state: dict[str, Any], slots: int = DEFAULT_SLOTS) -> Parser:
+        """The parser `state()` saved (`slots`: today's configured count). Raises KeyError,
+        TypeError or ValueError on a state that does not fit."""
+        p = cls(node, pid=_int(state["pid"]), slots=slots)
+        p.block, p.pending_stops, p.last_timed, p.started = _context_from(state)
+        p.n_slots = _int(state.get("n_slots", 0))
+        p.newest_pid = _int(state.get("newest_pid", p.pid))
+        p.last_us = _int(state.get("last_us", 0))
+        for pid, since_us, context in state.get("others", []):
+            block, stops, timed, started = _context_from(context)
+            p.others[_int(pid)] = _Server(block, stops, timed, started, _int(since_us))
+        p.seen = dict.fromkeys(_int(pid) for pid in state.get("seen", [p.pid] if p.pid else []))
         return p
+
+
+def _context_state(
+    b: _Block,
+    pending_stops: dict[tuple[int, int], int],
+    last_timed: dict[int, int],
+    started: dict[tuple[int, int], int],
+) -> dict[str, Any]:
+    return {
+        "block": [
+            b.slot,
+            b.task,
+            b.prompt_us,
+            b.prompt_tokens,
+            b.generation_us,
+            b.generated_tokens,
+        ],
+        "pending_stops": [[s, t, at] for (s, t), at in pending_stops.items()],
+        "last_timed": [[s, t] for s, t in last_timed.items()],
+        "started": [[s, t, at] for (s, t), at in started.items()],
+    }
+
+
+def _context_from(
+    state: dict[str, Any],
+) -> tuple[_Block, dict[tuple[int, int], int], dict[int, int], dict[tuple[int, int], int]]:
+    fields = [None if v is None else _int(v) for v in state["block"]]
+    if len(fields) != 6:
+        raise ValueError(f"a parser block of {len(fields)} fields")
+    block = _Block(*fields) if any(v is not None for v in fields) else _NO_BLOCK
+    return (
+        block,
+        {(_int(s), _int(t)): _int(at) for s, t, at in state["pending_stops"]},
+        {_int(s): _int(t) for s, t in state["last_timed"]},
+        {(_int(s), _int(t)): _int(at) for s, t, at in state.get("started", [])},
+    )
+
+
+def _int(value: Any) -> int:
+    """An int the checkpoint saved (a line may give any); ValueError when it is no int."""
+    if type(value) is not int:
+        raise ValueError(f"{str(value)[:40]} is not a saved parser value")
+    return value
 
 
 def tokenize(msg: str) -> Token | None:
@@ -410,6 +608,16 @@ def tokenize(msg: str) -> Token | None:
         except ParseError as e:
             raise ParseError(str(e), total=True) from None
         return (TOTAL, slot, task, us, tokens)
+    if kind == "exit":  # `main: cleaning up before exit...`
+        return (EXIT, None, None, None, None)
+    if kind == "slots":  # `load_model: initializing slots, n_slots = 3`
+        m = _N_SLOTS.search(msg)
+        if m is None:
+            return (OTHER, None, None, None, None)
+        text = m.group(1)
+        if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= MAX_SLOTS:
+            raise ParseError(f"not a slot count: {text!r}")
+        return (SLOTS, None, None, None, int(text))
     if kind == "component":
         m = _PROMPT.search(msg)
         if m is not None:
@@ -461,6 +669,10 @@ def classify(msg: str) -> str | None:
             return "slot"
     elif "slot is processing task" in msg or "slot released" in msg:
         return "slot_b"
+    if "n_slots" in msg:
+        return "slots"
+    if "cleaning up before exit" in msg:
+        return "exit"
     return None
 
 

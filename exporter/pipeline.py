@@ -33,6 +33,8 @@ def apply_batch(batch: Batch, parser: Parser, acc: Accounting, now_us: int) -> l
     ]
     recs += parser.feed_all(batch.lines)
     up = batch.up
+    ns = acc.nodes[node]
+    ended = ns.last_end_us
     try:
         acc.add_all(recs)
     except Exception as e:  # a defect: never let it take the daemon down, nor loop on it
@@ -41,9 +43,10 @@ def apply_batch(batch: Batch, parser: Parser, acc: Accounting, now_us: int) -> l
         recs = [Event(node, now_us, EventKind.PARSE_ERROR, detail=why)]
         acc.add_all(recs)
         up = False
-    if batch.entries or batch.newest_us is not None:
-        acc.line_read(node, batch.newest_us, batch.entries, now_us=now_us)
-    newest = acc.nodes[node].newest_us
+    ended = ns.last_end_us if ns.last_end_us != ended else None  # (a request ended since)
+    if batch.entries or batch.newest_us is not None or ended is not None:
+        acc.line_read(node, batch.newest_us, batch.entries, now_us=now_us, ended_us=ended)
+    newest = ns.newest_us
     acc.source_state(
         node, up=up, caught_up=batch.caught_up and up, now_us=now_us, lag_us=now_us - newest
     )

@@ -16,7 +16,7 @@ from typing import Any
 from exporter.accounting import SECOND, Accounting, Snapshot
 from exporter.kinds import Kinds
 from exporter.logline import Batch, Event, EventKind, Interval, Record
-from exporter.parse import Parser
+from exporter.parse import DEFAULT_SLOTS, Parser
 
 # Column labels the seed prints for its two kinds.
 _SEED_LABELS = {"extraction": "extract", "reconcile": "reconcile"}
@@ -52,11 +52,12 @@ class Builder:
         since_us: int,
         until_us: int,
         max_request_us: int = 600 * SECOND,
+        slots: int = DEFAULT_SLOTS,
     ) -> None:
         self.kinds, self.since_us, self.until_us = kinds, since_us, until_us
         self.max_request_us = max_request_us
         self.acc = Accounting(list(nodes), kinds, origin_us=since_us, max_request_us=max_request_us)
-        self.parsers = {n: Parser(n) for n in nodes}
+        self.parsers = {n: Parser(n, slots=slots) for n in nodes}
         self._counted: list[tuple[int | None, int]] = []  # (tokens, duration) of each counted
         self.errors: dict[str, list[str]] = {n: [] for n in nodes}
 

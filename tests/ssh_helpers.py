@@ -40,14 +40,20 @@ def local_node(
 
 
 def local_config(tmp_path: Path, since_us: int, *nodes: SshNode) -> Config:
-    """A daemon's config: its state in `tmp_path`, listening on a free port of 127.0.0.1."""
+    """A daemon's config: its state in `tmp_path`, listening on a free port of 127.0.0.1. The
+    tests' journals grow by entries stamped up to an hour ahead of the clock (so what comes
+    later is never behind what was accounted): the allowance takes them as in line."""
     return Config(
         state_dir=tmp_path / "state",
         listen_host="127.0.0.1",
         listen_port=0,
         since=iso(since_us),
         nodes=nodes,
+        clock_allowance_seconds=AHEAD_ALLOWANCE_S,
     )
+
+
+AHEAD_ALLOWANCE_S = 2 * 86_400  # (the test journals' entries ahead of the clock)
 
 
 def now_us() -> int:

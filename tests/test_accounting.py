@@ -277,6 +277,9 @@ def test_events_in_flight_cancel_restart_errors() -> None:
     snap = acc.snapshot()
     assert (snap.nodes[0].in_flight, snap.nodes[0].oldest_in_flight_us) == (1, ORIGIN + 3 * S)
     acc.add(Event("n", ORIGIN + 7 * S, EventKind.RESTART, 2))
+    n = acc.snapshot().nodes[0]  # (the old server's request may still end: it has not gone)
+    assert (n.in_flight, n.cancelled, n.aborted, n.restarts, n.parse_errors) == (1, 1, 0, 1, 1)
+    acc.add(Event("n", ORIGIN + 17 * S, EventKind.ABORTED, 1, 2, 3))  # it has
     n = acc.snapshot().nodes[0]
     assert (n.in_flight, n.cancelled, n.aborted, n.restarts, n.parse_errors) == (0, 1, 1, 1, 1)
     assert n.oldest_in_flight_us is None

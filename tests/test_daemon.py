@@ -799,3 +799,44 @@ def test_a_logline_beyond_64_bits_from_a_source_is_that_lines_parse_error(
     assert sum(c.requests for c in n0.kinds.values()) == 3  # the good ones and pid 2**70's
     assert n0.parse_errors == 2
     assert sum(c.requests for c in n1.kinds.values()) == 2 and n1.parse_errors == 0
+
+
+def test_a_state_taken_earlier_never_replaces_a_newer_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A periodic checkpoint's worker thread is still encoding its state when the service is
+    stopped: the final checkpoint (taken later) is written first, and the worker's older state
+    must not land over it (test_systemd once saw the checkpoint go back in time so)."""
+    encode, write = Checkpoint.encode, Checkpoint.write
+    final_written, worker_encoding = threading.Event(), threading.Event()
+    finals: list[bytes] = []
+
+    def encode_held_in_workers(state: dict[str, object]) -> bytes:
+        data = encode(state)
+        if threading.current_thread() is not threading.main_thread() and not finals:
+            worker_encoding.set()
+            final_written.wait(10)  # (until the final write has been made, or 10 s)
+        return data
+
+    def write_noting_the_final(self: Checkpoint, data: bytes) -> None:
+        write(self, data)
+        if threading.current_thread() is threading.main_thread():
+            finals.append(data)
+            final_written.set()
+
+    monkeypatch.setattr(Checkpoint, "encode", staticmethod(encode_held_in_workers))
+    monkeypatch.setattr(Checkpoint, "write", write_noting_the_final)
+
+    class Idle:
+        def __init__(self, node: FileNode, since_us: int, position: str) -> None:
+            self.node = node.name
+
+        async def run(self, out: asyncio.Queue[Batch]) -> None:
+            await out.put(Batch(self.node, caught_up=True))
+            await asyncio.Event().wait()
+
+    cfg = stand_in_config(tmp_path, ["n0"], "-1m")
+    d = Daemon(cfg, source_factory=Idle, publish_seconds=0.05)  # type: ignore[arg-type]
+    asyncio.run(run_until(d, worker_encoding.is_set, 20))  # (asyncio.run waits for the worker)
+    assert len(finals) == 1
+    assert d.checkpoint.path.read_bytes() == finals[0]

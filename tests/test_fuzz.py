@@ -281,8 +281,8 @@ def _compiled_feed(p: Parser, lines: Sequence[LogLine]) -> list[Record]:
     test (feed_all would catch it and feed the lines again one at a time)."""
     speedups, out, i = compiled(), list[Record](), 0
     while i < len(lines):
-        if not p.pending_stops:
-            i = speedups.feed(p, lines, i, out, parse.FEED_TYPES, parse.MAX_STARTED)
+        if not p.pending_stops and not p.others:  # (as feed_all calls it)
+            i = speedups.feed(p, lines, i, out, parse.FEED_TYPES, p.max_in_flight)
             if i == len(lines):
                 break
         out += p.feed_reference((lines[i],))

@@ -6,22 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from exporter.accounting import SECOND, Accounting
+from exporter.accounting import CLOCK_ALLOWANCE_US, SECOND, Accounting
 from exporter.checkpoint import NAME as CHECKPOINT_NAME
 from exporter.checkpoint import Checkpoint
-from exporter.config import Config, FileNode
+from exporter.config import Config, ConfigError, FileNode, parse
 from exporter.daemon import Daemon
+from exporter.demo import DemoLine, short_iso
 from exporter.http import HttpServer, Pages, accepts_gzip
 from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.logline import Event, EventKind, Interval, Record
-from exporter.times import MAX_TIME_US
+from exporter.logline import Event, EventKind, Interval, LogLine, Record
+from exporter.parse import Parser
+from exporter.times import MAX_TIME_US, iso
 
 from support.daemon_process import DaemonProcess, file_nodes
+from support.scrape import Samples, sample, total
+from support.tools import wait_for
 
 NODE = "node0"
 
@@ -76,6 +81,134 @@ def test_an_entry_stamped_years_ahead_shows_as_clock_skew_until_the_times_are_in
     acc.line_read(NODE, now + SECOND, now_us=now + SECOND)  # the next batch is in line
     assert acc.snapshot().nodes[0].clock_skew_us == 0
     assert sum(c.requests for c in acc.nodes[NODE].kinds.values()) == 2  # counted as it is
+
+
+def test_an_entry_stamped_years_ahead_never_moves_the_watermark_past_now() -> None:
+    """Before, the watermark jumped ten years ahead with it, and every request after was late:
+    4.5 s of 18 s kept."""
+    acc = Accounting([NODE], Kinds(DEFAULT_RULES), origin_us=T0)
+    now = T0 + 60 * SECOND
+    acc.source_state(NODE, up=True, caught_up=True, now_us=now)
+    acc.add_all(request(T0 + 10 * SECOND, 5, 1))  # (a server that logs launch lines)
+    future = now + AHEAD_10Y
+    acc.add_all([Interval(NODE, future - SECOND, future, 7, slot=1, task=2, pid=4242)])
+    acc.line_read(NODE, future, now_us=now)
+    acc.advance(now)
+    assert acc.watermark_us <= now + CLOCK_ALLOWANCE_US
+    later = now + 30 * SECOND  # then an 18 s request, logged in line with the clock
+    acc.add_all(request(now + 12 * SECOND, 18, 3))
+    acc.line_read(NODE, later, now_us=later)
+    acc.advance(later)
+    snap = acc.snapshot()
+    assert snap.nodes[0].late == 0
+    assert snap.nodes[0].busy_us == 23 * SECOND  # all of both (none of the future one yet)
+    assert acc.watermark_us <= later + CLOCK_ALLOWANCE_US
+    assert sum(snap.concurrency_us) == acc.watermark_us - T0  # no idle seconds from the future
+
+
+def test_a_node_logging_ten_years_ahead_leaves_the_others_and_its_own_requests_exact(
+    tmp_path: Path,
+) -> None:
+    """The daemon as a process: node0's journal holds one entry stamped ten years ahead between
+    requests logged in line with the clock. Every request of both nodes is counted, their busy
+    seconds are exact, the watermark stays at the clock, and the log says it once."""
+    now = int(time.time()) * SECOND
+    start = now - 20 * 60 * SECOND
+    dumps = {n: tmp_path / f"{n}.log" for n in (NODE, "node1")}
+    busy: dict[str, int] = {}
+    for k, (node, path) in enumerate(dumps.items()):
+        lines = []
+        for i in range(10):  # a 5 s request every minute
+            end = start + (i + 1) * 60 * SECOND + k * SECOND
+            lines += [
+                DemoLine(end - 5 * SECOND, 4242, LAUNCH.format(s=0, t=i)),
+                DemoLine(end, 4242, TOTAL.format(s=0, t=i).replace("1000.00", "5000.00")),
+                DemoLine(end + 1000, 4242, RELEASE.format(s=0, t=i)),
+            ]
+            if node == NODE and i == 4:  # the broken clock
+                lines.append(DemoLine(end + AHEAD_10Y, 4242, TOTAL.format(s=1, t=99)))
+        busy[node] = 10 * 5 * SECOND
+        path.write_text("".join(short_iso(node, line) + "\n" for line in lines))
+    settings = {"nodes": file_nodes(dumps), "since": iso(start)}
+    with DaemonProcess(tmp_path / "d", settings) as d:
+        d.start()
+
+        def settled() -> Samples | None:
+            m = d.metrics()
+            wm = sample(m, "smllm_accounted_until_timestamp_seconds") or 0
+            return m if wm * SECOND > start + 11 * 60 * SECOND else None
+
+        m = wait_for(settled, 30, "the watermark past both nodes' requests")
+        assert (sample(m, "smllm_accounted_until_timestamp_seconds") or 0) < time.time() + 5
+        assert total(m, "smllm_requests_total", node=NODE) == 11  # the future one too
+        assert total(m, "smllm_requests_total", node="node1") == 10
+        for node, us in busy.items():
+            assert sample(m, "smllm_node_busy_seconds_total", node=node) == us / SECOND
+            assert sample(m, "smllm_late_intervals_total", node=node) == 0
+        assert (sample(m, "smllm_source_clock_skew_seconds", node=NODE) or 0) > 9 * 365 * 86_400
+        # its idle alert still works: its last request end is no later than the clock
+        last_end = sample(m, "smllm_node_last_request_end_timestamp_seconds", node=NODE)
+        assert last_end is not None and last_end < time.time() + 5
+        assert d.ready_or_gone() == "ready"  # still running
+        said = [line for line in d.log_text().splitlines() if "ahead of this clock" in line]
+        assert len(said) == 1, d.log_text()
+
+
+# -- two PIDs under one unit, and state that would grow without bound ---------------------------
+
+LAUNCH = "slot launch_slot_: id  {s} | task {t} | processing task, is_child = 0"
+TOTAL = "slot print_timing: id  {s} | task {t} |       total time =    1000.00 ms /   500 tokens"
+RELEASE = "slot      release: id  {s} | task {t} | stop processing: n_tokens = 500, truncated = 0"
+
+
+def _through(lines: list[tuple[int, int, str]], flush_at_us: int) -> Accounting:
+    """(ms, pid, message) lines of NODE through its parser and the accounting."""
+    parser, acc = Parser(NODE), Accounting([NODE], Kinds(DEFAULT_RULES), origin_us=T0)
+    log = tuple(LogLine(NODE, T0 + ms * 1000, "", pid, msg) for ms, pid, msg in lines)
+    acc.add_all(parser.feed_all(log))
+    acc.add_all(parser.flush(flush_at_us))
+    return acc
+
+
+def test_two_pids_interleaving_are_one_restart_and_nothing_aborted() -> None:
+    """Before: three restarts that aborted two requests which both completed."""
+    old, new = 1111, 2222
+    acc = _through(
+        [
+            (0, old, LAUNCH.format(s=0, t=57)),
+            (5, new, LAUNCH.format(s=0, t=0)),  # the new server's first line
+            (1000, old, TOTAL.format(s=0, t=57)),  # the old one's last block, after it
+            (1001, old, RELEASE.format(s=0, t=57)),
+            (1005, new, TOTAL.format(s=0, t=0)),
+            (1006, new, RELEASE.format(s=0, t=0)),
+        ],
+        T0 + 60 * SECOND,  # (and a minute passes)
+    )
+    ns = acc.nodes[NODE]
+    assert (ns.restarts, ns.aborted, ns.cancelled) == (1, 0, 0)
+    assert sum(c.requests for c in ns.kinds.values()) == 2 and not ns.in_flight
+
+
+def test_an_old_pid_that_has_gone_aborts_what_it_held_once() -> None:
+    acc = _through(
+        [(0, 1111, LAUNCH.format(s=0, t=57)), (5, 2222, LAUNCH.format(s=0, t=0))],
+        T0 + 60 * SECOND,
+    )
+    ns = acc.nodes[NODE]
+    assert (ns.restarts, ns.aborted) == (1, 1)
+    assert list(ns.in_flight) == [(0, 0)]  # the new server's request is still running
+
+
+def test_launches_whose_ends_never_come_stay_within_the_slots() -> None:
+    """50,000 launch lines whose timing lines never parse: in flight stays within the slots
+    the server logged (plus a margin), not 50,000."""
+    lines = [(0, 1111, "srv    load_model: initializing slots, n_slots = 1")]
+    for k in range(50_000):
+        lines.append((1 + 2 * k, 1111, LAUNCH.format(s=0, t=k)))
+        lines.append((2 + 2 * k, 1111, TOTAL.format(s=0, t=k).replace("1000.00", "1x00.00")))
+    acc = _through(lines, T0 + 200 * SECOND)
+    ns = acc.nodes[NODE]
+    assert len(ns.in_flight) == 1 and ns.parse_errors == 50_000
 
 
 @pytest.mark.parametrize(
@@ -216,3 +349,23 @@ def test_a_well_behaved_scraper_keeps_its_connection_alive() -> None:
 async def _until(check: Callable[[], bool]) -> None:
     while not check():
         await asyncio.sleep(0.01)
+
+
+def test_slots_the_clock_allowance_and_the_number_of_kinds_are_bounded() -> None:
+    """2**kinds mix series exist from start-up: 30 kinds would be a billion of them."""
+    kinds = "".join(f"  - {{name: k{i}, min_tokens: {i}}}\n" for i in range(9))
+    text = (
+        "slots: 0\nclock_allowance_seconds: 100000000\nkinds:\n"
+        + kinds
+        + "nodes:\n  - {name: a, source: file, path: /x}\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        parse(text, "c.yaml")
+    assert [p.split(": ")[1] for p in e.value.problems] == [
+        "slots",
+        "clock_allowance_seconds",
+        "kinds",
+    ]
+    assert "at most 8 kinds, got 9" in e.value.problems[2]
+    ok = parse("slots: 3\nclock_allowance_seconds: 60\nnodes: [{name: a, source: file, path: /x}]")
+    assert (ok.slots, ok.clock_allowance_seconds) == (3, 60)

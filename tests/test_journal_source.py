@@ -868,7 +868,9 @@ def test_sigkill_mid_stream_never_goes_back_and_ends_exact(tmp_path: Path) -> No
     port = free_port()
     cfg = tmp_path / "config.yaml"
     cfg.write_text(
-        f'listen: "127.0.0.1:{port}"\nsince: "{iso(start)}"\nstate_dir: {state}\nnodes:\n'
+        f'listen: "127.0.0.1:{port}"\nsince: "{iso(start)}"\nstate_dir: {state}\n'
+        f"clock_allowance_seconds: {2 * 86_400}\n"  # (the entries are ahead of the clock)
+        "nodes:\n"
         f"  - {{name: a, source: journal, directory: {journals}, unit: {UNIT}}}\n"
         f"  - {{name: b, source: journal, directory: {journals}, unit: {UNIT_B}}}\n"
     )

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
 
-from exporter.logline import Event, EventKind, Interval, LogLine
-from exporter.parse import MAX_DURATION_US, ParseError, Parser, ms_to_us
+from exporter.logline import Event, EventKind, Interval, LogLine, Record
+from exporter.parse import (
+    MAX_DURATION_US,
+    PID_GONE_US,
+    SLOT_MARGIN,
+    ParseError,
+    Parser,
+    ms_to_us,
+)
 
 T0 = 1_790_000_000_000_000  # a journal time, microseconds
 
@@ -518,16 +526,144 @@ def test_a_restart_on_a_garbled_line_forgets_the_old_servers_launches(
     assert p.state()["started"] == [[0, 2, T0 + 20_000]]
 
 
-def test_restart_turns_waiting_stops_into_cancels() -> None:
+def test_an_old_servers_waiting_stop_is_decided_in_its_own_context() -> None:
     _, events = feed(
-        [(0, START.format(t=1), 100), (10, STOP.format(t=1), 100), (20, START.format(t=1), 200)]
+        [
+            (0, START.format(t=1), 100),
+            (10, STOP.format(t=1), 100),
+            (20, START.format(t=1), 200),  # the new server's task 1: another request
+            (2000, D + TOTAL_C, 200),  # (and time passes)
+        ]
     )
     assert [(e.kind, e.pid) for e in events] == [
         (EventKind.STARTED, 100),
-        (EventKind.CANCELLED, 100),
         (EventKind.RESTART, 200),
         (EventKind.STARTED, 200),
+        (EventKind.CANCELLED, 100),
     ]
+
+
+TIMED = D.replace("36", "{t}") + TOTAL_C
+
+
+def test_interleaved_pids_are_one_restart_and_both_requests_complete() -> None:
+    """The old server's last timing block is logged after the new one's first lines."""
+    p = Parser("n0")
+    out: list[Record] = []
+    for t, msg, pid in [
+        (0, START.format(t=57), 100),
+        (10, START.format(t=0).replace("id  0", "id  1"), 200),  # new PID: a restart
+        (20, TIMED.format(t=57), 100),  # the old one's request ends
+        (30, START.format(t=58).replace("id  0", "id  1"), 100),  # and it goes on a little
+        (40, TIMED.format(t=0).replace("id  0", "id  1"), 200),
+        (50, TIMED.format(t=58).replace("id  0", "id  1"), 100),
+    ]:
+        out += p.feed(LogLine("n0", T0 + t * 1000, "", pid, msg))
+    kinds = [r.kind for r in out if isinstance(r, Event)]
+    assert kinds.count(EventKind.RESTART) == 1
+    assert EventKind.ABORTED not in kinds and EventKind.LOST not in kinds
+    assert sorted((r.pid, r.task) for r in out if isinstance(r, Interval)) == [
+        (100, 57),
+        (100, 58),
+        (200, 0),
+    ]
+    assert p.flush(T0 + 60_000) == []  # both still logging of late: nothing gone yet
+
+
+def test_an_old_pid_silent_for_a_while_has_gone_and_its_requests_are_aborted() -> None:
+    p = Parser("n0")
+    p.feed(LogLine("n0", T0, "", 100, START.format(t=5)))
+    (restart,) = p.feed(LogLine("n0", T0 + 1000, "", 200, TIMED.format(t=9)[: len(D)].strip()))
+    assert isinstance(restart, Event) and restart.kind is EventKind.RESTART
+    assert p.flush(T0 + 1000 + PID_GONE_US) == []
+    (gone,) = p.flush(T0 + 1001 + PID_GONE_US)
+    assert isinstance(gone, Event)
+    assert (gone.kind, gone.pid, gone.slot, gone.task) == (EventKind.ABORTED, 100, 0, 5)
+    # the PID logging again later is no second restart
+    out = p.feed(LogLine("n0", T0 + 2 * PID_GONE_US, "", 100, START.format(t=6)))
+    assert [r.kind for r in out if isinstance(r, Event)] == [EventKind.STARTED]
+
+
+def test_after_an_old_pids_late_line_the_newest_is_the_one_logging_again() -> None:
+    """The old server's late line is its own; its silence after it still makes it gone, while
+    the newest server, silent as long on a long request, is never taken as gone."""
+    p = Parser("n0")
+    p.feed(LogLine("n0", T0, "", 100, START.format(t=5)))
+    p.feed(LogLine("n0", T0 + 10, "", 200, START.format(t=1).replace("id  0", "id  1")))
+    p.feed(LogLine("n0", T0 + 20, "", 100, START.format(t=6).replace("id  0", "id  2")))
+    out = p.flush(T0 + 60 * 1_000_000)
+    assert sorted((r.kind, r.pid, r.task) for r in out if isinstance(r, Event)) == [
+        (EventKind.ABORTED, 100, 5),
+        (EventKind.ABORTED, 100, 6),
+    ]
+    assert (p.pid, list(p.started), p.others) == (200, [(1, 1)], {})
+
+
+def test_a_server_that_says_it_exits_aborts_what_it_held_at_once() -> None:
+    p = Parser("n0")
+    p.feed(LogLine("n0", T0, "", 100, START.format(t=5)))
+    p.feed(LogLine("n0", T0 + 10, "", 200, START.format(t=1).replace("id  0", "id  1")))
+    # the old server's own last words, after the new one started
+    (gone,) = p.feed(LogLine("n0", T0 + 20, "", 100, "main: cleaning up before exit..."))
+    assert isinstance(gone, Event)
+    assert (gone.kind, gone.pid, gone.task, gone.time_us) == (EventKind.ABORTED, 100, 5, T0 + 20)
+    assert p.flush(T0 + 60 * 1_000_000) == [] and list(p.started) == [(1, 1)]
+
+
+def test_a_launch_on_a_slot_that_holds_a_request_ends_the_older_one_as_lost() -> None:
+    _, events = feed([(0, START.format(t=1)), (10, START.format(t=2))])
+    assert [(e.kind, e.task) for e in events] == [
+        (EventKind.STARTED, 1),
+        (EventKind.LOST, 1),
+        (EventKind.STARTED, 2),
+    ]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "pure"])
+def test_requests_in_flight_stay_within_the_slots_logged_plus_a_margin(compiled: bool) -> None:
+    """50,000 launches whose ends never come, each on a slot id of its own."""
+    p = Parser("n0")
+    feed_ = p.feed_all if compiled else p.feed_reference
+    slots = "srv    load_model: initializing slots, n_slots = 3"
+    out = list(feed_((LogLine("n0", T0, "", 100, slots),)))
+    assert p.n_slots == 3 and p.max_in_flight == 3 + SLOT_MARGIN
+    launches = tuple(
+        LogLine("n0", T0 + k, "", 100, START.format(t=k).replace("id  0", f"id  {k}"))
+        for k in range(1, 50_001)
+    )
+    out += feed_(launches)
+    assert len(p.started) == p.max_in_flight
+    lost = [r for r in out if isinstance(r, Event) and r.kind is EventKind.LOST]
+    assert len(lost) == 50_000 - p.max_in_flight
+
+
+def test_a_garbled_slot_count_is_a_parse_error_and_the_configured_one_holds() -> None:
+    p = Parser("n0", slots=2)
+    (err,) = p.feed(LogLine("n0", T0, "", 100, "load_model: initializing, n_slots = 99999999"))
+    assert isinstance(err, Event) and err.kind is EventKind.PARSE_ERROR
+    assert p.max_in_flight == 2 + SLOT_MARGIN
+
+
+def test_a_parser_with_an_old_server_resumes_from_its_state() -> None:
+    p = Parser("n0")
+    p.feed(LogLine("n0", T0, "", 100, START.format(t=5)))
+    p.feed(LogLine("n0", T0 + 10, "", 200, START.format(t=1).replace("id  0", "id  1")))
+    resumed = Parser.from_state("n0", json.loads(json.dumps(p.state())))
+    assert resumed == p
+    line = LogLine("n0", T0 + 20, "", 100, TIMED.format(t=5))
+    assert resumed.feed(line) == p.feed(line)
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [{"pid": "100"}, {"pid": None}, {"block": [1, 2]}, {"others": [[1, "x", {}]]}],
+    ids=["pid-text", "pid-none", "block-short", "others-bad"],
+)
+def test_a_parser_state_that_does_not_fit_is_refused(broken: dict[str, object]) -> None:
+    p = Parser("n0")
+    p.feed(LogLine("n0", T0, "", 100, START.format(t=5)))
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        Parser.from_state("n0", {**p.state(), **broken})
 
 
 def test_state_round_trip_mid_block() -> None:

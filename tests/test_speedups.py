@@ -257,16 +257,16 @@ def test_the_compiled_feed_runs_whole_requests_and_hands_back_a_stop_to_decide()
     msgs = [STEP_LINES[w].format(s=0, t=7, n=100) for w in ("launch", "prompt", "eval", "total")]
     lines = tuple(LogLine(NODE, t + k, "", pid, m) for k, m in enumerate(msgs))
     p, out = Parser(NODE, pid=pid), list[object]()
-    assert _speedups.feed(p, lines, 0, out, parse.FEED_TYPES, parse.MAX_STARTED) == 4
+    assert _speedups.feed(p, lines, 0, out, parse.FEED_TYPES, p.max_in_flight) == 4
     assert [type(r).__name__ for r in out] == ["Event", "Interval"]
     assert out == Parser(NODE, pid=pid).feed_reference(lines)  # (and Python agrees)
     # a stop of a launched request before its timing block: Python adds the pending stop
     stop = LogLine(NODE, t + 9, "", pid, STEP_LINES["release"].format(s=0, t=8, n=0))
     launch = LogLine(NODE, t + 8, "", pid, STEP_LINES["launch"].format(s=0, t=8, n=0))
-    assert _speedups.feed(p, (launch, stop), 0, out, parse.FEED_TYPES, parse.MAX_STARTED) == 1
+    assert _speedups.feed(p, (launch, stop), 0, out, parse.FEED_TYPES, p.max_in_flight) == 1
     # another server's line is Python's to restart on
     other = LogLine(NODE, t + 10, "", pid + 1, msgs[0])
-    assert _speedups.feed(p, (other,), 0, [], parse.FEED_TYPES, parse.MAX_STARTED) == 0
+    assert _speedups.feed(p, (other,), 0, [], parse.FEED_TYPES, p.max_in_flight) == 0
 
 
 OUT_OF_RANGE = (-1, MAX_TIME_US + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**19 - 1)
@@ -278,7 +278,7 @@ def test_the_compiled_feed_hands_back_a_time_out_of_range(time_us: int) -> None:
     total = STEP_LINES["total"].format(s=0, t=7, n=100)
     lines = (LogLine(NODE, t, "", pid, total), LogLine(NODE, time_us, "", pid, total))
     p, out = Parser(NODE, pid=pid), list[object]()
-    assert _speedups.feed(p, lines, 0, out, parse.FEED_TYPES, parse.MAX_STARTED) == 1
+    assert _speedups.feed(p, lines, 0, out, parse.FEED_TYPES, p.max_in_flight) == 1
     assert len(out) == 1  # the first line's interval, nothing of the second
     got = Parser(NODE, pid=pid).feed_all(lines)
     assert got == Parser(NODE, pid=pid).feed_reference(lines)

@@ -22,7 +22,15 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from ssh_helpers import KINDS, MINUTE, local_config, local_node, now_us, requests
+from ssh_helpers import (
+    AHEAD_ALLOWANCE_S,
+    KINDS,
+    MINUTE,
+    local_config,
+    local_node,
+    now_us,
+    requests,
+)
 from test_journal_source import UNIT, compare
 
 import exporter.daemon
@@ -305,7 +313,15 @@ GARBAGE = [
     b'{"__REALTIME_TIMESTAMP": "soon", "MESSAGE": "slot released"}',
     b"plain noise without any keyword",  # not even looked at
     b"",
+    *(  # poison times: beyond 64 bits, and beyond what a time can be
+        b'{"__CURSOR":"s=p;i=%d","__REALTIME_TIMESTAMP":"%s","_PID":"4242","MESSAGE":'
+        b'"slot print_timing: id  0 | task 9 |       total time =    10.00 ms /     5 tokens"}'
+        % (i, t)
+        for i, t in enumerate((b"18446744073709551616", b"9999999999999999999", b"-1"))
+    ),
 ]
+# the entries of GARBAGE that may hold a request, so are parse errors
+GARBAGE_ERRORS = sum(1 for g in GARBAGE if any(k.encode() in g for k in KEYWORDS_TEXT))
 
 
 def test_garbage_and_truncated_json_lines_count_as_parse_errors_only(
@@ -341,7 +357,7 @@ def test_garbage_and_truncated_json_lines_count_as_parse_errors_only(
         fake.append([Item(raw=g) for g in GARBAGE])
         fake.append(journal.items(9, now + 10 * MINUTE, now + 20 * MINUTE))
         samples = settle(s, fake, since, 30, "garbage while following")
-        assert counter(samples, "smllm_parse_errors_total") == errors + 5
+        assert counter(samples, "smllm_parse_errors_total") == errors + GARBAGE_ERRORS
         assert counter(samples, "smllm_source_reconnects_total") == 0
 
 
@@ -411,6 +427,7 @@ def test_daemon_killed_with_sigkill_mid_stream(fake: FakeServer, tmp_path: Path)
     node = ssh_node(fake, tmp_path)
     config = {
         "since": iso(since),
+        "clock_allowance_seconds": AHEAD_ALLOWANCE_S,  # (`later` is ahead of the clock)
         "nodes": [
             {
                 "name": "a",

@@ -58,19 +58,22 @@ class Features:
 
 
 def read_secret(node: SshNode, env: dict[str, str] | os._Environ[str]) -> str | None:
-    """The node's password from its password_file or password_env; SourceError (naming the file
-    or variable, never the value) when it cannot be had."""
+    """The node's password from its password_file or password_env; SourceError when it cannot
+    be had, naming the key but not its value: a password pasted there by mistake would be logged
+    at every retry."""
     if node.password_file is not None:
         try:
             return node.password_file.read_text(encoding="utf-8").rstrip("\r\n")
         except OSError as e:
             raise SourceError(
-                f"node {node.name}: cannot read password_file {node.password_file}: {e.strerror}"
+                f"node {node.name}: cannot read its password_file: {e.strerror or type(e).__name__}"
             ) from None
+        except UnicodeDecodeError:
+            raise SourceError(f"node {node.name}: its password_file is not UTF-8") from None
     if node.password_env is not None:
         value = env.get(node.password_env)
         if value is None:
-            raise SourceError(f"node {node.name}: password_env {node.password_env} is not set")
+            raise SourceError(f"node {node.name}: its password_env variable is not set")
         return value
     return None
 
