@@ -66,6 +66,7 @@ bench: venv deps
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/ssh.py
+	$(BIN)/python bench/soak.py
 
 clean:
 	rm -rf .demo $(VENV) .mypy_cache .ruff_cache .pytest_cache

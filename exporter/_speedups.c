@@ -1217,7 +1217,8 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
         return 1;
     }
     case TOTAL: {
-        if (PyDict_GET_SIZE(last_timed) >= max_started) { /* a new slot beyond the bound? */
+        if (PyDict_GET_SIZE(last_timed) > max_started) return 0; /* (a bound that shrank) */
+        if (PyDict_GET_SIZE(last_timed) == max_started) { /* a new slot beyond the bound? */
             int known = has_int_key(last_timed, t->slot);
             if (known <= 0) return known; /* (Python forgets one: the reference's to do) */
         }

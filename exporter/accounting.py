@@ -260,6 +260,9 @@ class Accounting:
                 ns.clock_skew_us = max(times) - now_us if max(times) > limit else 0
             if ended_us is not None and ended_us > limit:  # (it is the node's last_end_us)
                 ns.last_end_us = limit
+                # what starts beyond now is no busy time that can be accounted (it would wait
+                # years in the pending list, and the checkpoint)
+                self._pending = [p for p in self._pending if p[0] <= limit]
             if time_us is not None and time_us > limit:
                 time_us = limit
         if time_us is not None:

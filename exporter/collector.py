@@ -60,7 +60,11 @@ _PER_NODE_COUNTERS: tuple[tuple[str, str, str], ...] = (
         "accounted up to the watermark; its rate is the busy share.",
         "busy_us",
     ),
-    ("smllm_requests_aborted", "In-flight requests ended by a llama-server restart.", "aborted"),
+    (
+        "smllm_requests_aborted",
+        "In-flight requests whose llama-server exited (or was replaced) before they ended.",
+        "aborted",
+    ),
     ("smllm_server_restarts", "llama-server restarts seen (a new PID).", "restarts"),
     ("smllm_source_reconnects", "Times the node's source had to start over.", "reconnects"),
     ("smllm_source_entries", "Journal entries read.", "entries"),

@@ -81,7 +81,7 @@ class Daemon:
         self.since_us = config.since_us(self._now_us())
         names = [n.name for n in config.nodes]
         self.acc = self._fresh_accounting()
-        self.parsers = {n: Parser(n, slots=config.slots) for n in names}
+        self.parsers = {n: self._parser(n) for n in names}
         self.positions: dict[str, str] = dict.fromkeys(names, "")
         self.node_since = dict.fromkeys(
             names, self.since_us
@@ -106,6 +106,13 @@ class Daemon:
 
     def _now_us(self) -> int:
         return int(self.clock() * SECOND)
+
+    def _parser(self, node: str, state: dict[str, Any] | None = None) -> Parser:
+        """A node's parser (from its checkpointed state), as the config says."""
+        c = self.config
+        p = Parser(node) if state is None else Parser.from_state(node, state)
+        p.slots, p.gone_us = c.slots, c.max_request_seconds * SECOND
+        return p
 
     def _fresh_accounting(self) -> Accounting:
         c = self.config
@@ -433,9 +440,7 @@ class Daemon:
         try:
             notes = restore(self.acc, saved["accounting"])
             parsers = {
-                n: Parser.from_state(n, st, self.config.slots)
-                for n, st in saved["parsers"].items()
-                if n in self.parsers
+                n: self._parser(n, st) for n, st in saved["parsers"].items() if n in self.parsers
             }
             positions = {n: str(p) for n, p in saved["positions"].items() if n in self.positions}
             errors = int(saved["checkpoint_errors"])

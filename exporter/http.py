@@ -5,26 +5,49 @@ scrape that accepts gzip does (in a worker thread: other requests are answered m
 served from memory.
 
 It sheds load instead of falling over. At most `max_connections` are open at once (never more
-than the file descriptors left after a reserve for checkpoints and sources). When a new one
-comes at the cap, the one that has waited longest without sending a whole request head is cut,
-else the longest idle keep-alive one, else the one stalled longest on its answer, else the new
-one: a scraper, which sends its request at once, gets in whatever else holds connections. A
-request head has `head_seconds` to arrive, an answer `write_seconds` to be taken, a kept-alive
-connection `idle_seconds` between requests. Shed connections and accept errors are logged at
-most once per LOG_EVERY_S, with their count.
+than the file descriptors left after a reserve for checkpoints and sources). The server accepts
+connections itself, at most ACCEPT_BATCH a turn of the event loop, and looks at what each one
+has sent (without reading it) before it costs more than its descriptor:
+
+- one that closed without sending a byte is closed at once;
+- at the cap, one whose request head is not all in yet is closed at once, and one whose head is
+  (a scraper sends its request at once) gets in: cut for it is the connection waiting for a
+  head or stalled on its answer that has used the largest share of its deadline, else the one
+  idle the longest (but not one whose next request is in already); never one being answered,
+  nor one whose whole head came with it.
+
+A request head has `head_seconds` to arrive, an answer `write_seconds` to be taken (after a
+`Connection: close` too), a kept-alive connection `idle_seconds` between requests. The kernel
+holds up to LISTEN_BACKLOG connections not accepted yet and, on Linux, hands one over only once
+its first bytes are in (TCP_DEFER_ACCEPT, waiting up to DEFER_ACCEPT_S for them). Shed
+connections and accept errors are logged at most once per LOG_EVERY_S, with their count.
+
+Why it is built so (tests/test_hostile_http.py: 2,000 hostile connections, each re-opened as
+soon as it is cut, and a scraper timed meanwhile). Served through asyncio.start_server, which
+accepts 100 a turn and makes each one a task before it could be counted, the daemon held 500
+descriptors for its cap of 64; its listen queue of 100 stayed full, so a scraper's connect
+waited for a SYN retransmit (1 s, 3 s); and a scraper's new connection, the youngest head, was
+cut for the next one before its request was read: 347 of 348 scrapes failed. Closing what cannot
+be answered before it costs a transport keeps the accept queue short; a connection is a Protocol
+(no task, no streams), so answering costs little more than the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import functools
 import logging
+import math
 import re
 import resource
+import select
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from exporter.collector import CONTENT_TYPE, Published
 
@@ -32,10 +55,18 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD = 16 * 1024  # request line and headers, bytes: a scraper sends a few hundred
 MAX_CONNECTIONS = 64
-FD_RESERVE = 64  # file descriptors kept for checkpoints, sources and worker threads
+# File descriptors kept for checkpoints, sources and worker threads, and for the up to
+# ACCEPT_BATCH connections over the cap for a moment (the ones cut for them close a turn later).
+FD_RESERVE = 64
 HEAD_S, WRITE_S, IDLE_S = 5.0, 10.0, 30.0
 REQUESTS_PER_CONNECTION = 1000
 LOG_EVERY_S = 10.0
+LISTEN_BACKLOG = 4096  # (the kernel caps it at net.core.somaxconn)
+ACCEPT_BATCH = 16  # a turn of the event loop, a listening socket
+DEFER_ACCEPT_S = 1
+WRITE_CHUNK = 64 * 1024
+ACCEPT_RETRY_S = 1.0  # after the process ran out of descriptors (or memory) to accept with
+_OUT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 _REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -48,9 +79,16 @@ _INDEX = (
     b'<p><a href="/metrics">/metrics</a> <a href="/-/healthy">/-/healthy</a> '
     b'<a href="/-/ready">/-/ready</a></p>\n'
 )
-# How the cap picks a connection to cut: lower first (a request being answered is never cut).
+# A connection's phase: waiting for a request head, idle between requests, stalled on its
+# answer (the client does not take it), being answered (never cut).
 _HEAD, _IDLE, _WRITE, _ANSWER = range(4)
+# The end of a request head: an empty line (CRLF, or a bare LF: RFC 9112 2.2).
+_HEAD_END = re.compile(rb"(?:^|\n)\r*\n")
+_POLL = select.POLLIN | getattr(select, "POLLRDHUP", 0)
+_HUNG_UP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
 _QVALUE = re.compile(rb"0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?")
+
+_Answer = tuple[int, str, bytes, list[str]]  # status, content type, body, more header lines
 
 
 @dataclass
@@ -61,11 +99,12 @@ class Pages:
     ready: Callable[[], bool] = lambda: False
 
 
-@dataclass
-class _Connection:
-    transport: asyncio.WriteTransport
-    phase: int = _HEAD
-    since: float = 0.0
+@dataclass(frozen=True)
+class _Render:
+    """/metrics whose body is not made yet: made in a worker thread, then answered."""
+
+    published: Published
+    gzipped: bool
 
 
 @dataclass
@@ -117,112 +156,194 @@ class HttpServer:
         self.head_seconds, self.write_seconds = head_seconds, write_seconds
         self.idle_seconds = idle_seconds
         self.clock = clock
-        self._server: asyncio.Server | None = None
-        self._open: dict[asyncio.WriteTransport, _Connection] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listeners: list[socket.socket] = []
+        self._open: set[_Connection] = set()  # from accept until its descriptor is closed
+        # the connections in each phase but _ANSWER, by when they entered it: oldest first
+        self._phases: tuple[dict[_Connection, None], ...] = ({}, {}, {})
+        self._sweep: asyncio.TimerHandle | None = None  # at the earliest deadline
+        self._sweep_at = math.inf
+        self._closing = False
+        self._all_gone: asyncio.Future[None] | None = None
         self._shed = _Tally("connections cut at the connection cap", clock)
         self._accept_errors = _Tally("cannot accept a connection", clock)
 
     @property
     def connections(self) -> int:
-        """Connections open now."""
+        """Connections open now (each holds a file descriptor)."""
         return len(self._open)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "the server is not started"
+        return self._loop
+
+    def deadline(self, phase: int) -> float:
+        """Seconds a connection may stay in `phase`."""
+        if phase == _HEAD:
+            return self.head_seconds
+        if phase == _IDLE:
+            return self.idle_seconds
+        return self.write_seconds if phase == _WRITE else math.inf
 
     async def start(self) -> tuple[str, int]:
         """Bind and serve in the background; returns the address bound (port 0 picks one)."""
         self.max_connections = min(self.max_connections, fd_budget())
-        loop = asyncio.get_running_loop()
-        previous = loop.get_exception_handler()
-
-        def on_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-            if "accept" in str(context.get("message", "")):  # EMFILE and the like: counted
-                self._accept_errors.add(str(context.get("exception", "")))
-            elif previous is not None:
-                previous(loop, context)
-            else:
-                loop.default_exception_handler(context)
-
-        loop.set_exception_handler(on_error)
-        self._server = await asyncio.start_server(
-            self._client, self.host or None, self.port, reuse_address=True, limit=MAX_HEAD
-        )
-        sock = self._server.sockets[0].getsockname()
-        self.port = sock[1]
-        return str(sock[0]), int(sock[1])
+        self._loop = asyncio.get_running_loop()
+        self._listeners = await _listen(self._loop, self.host, self.port)
+        for sock in self._listeners:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
+        name = self._listeners[0].getsockname()
+        self.port = int(name[1])
+        return str(name[0]), int(name[1])
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for transport in list(self._open):
-                transport.abort()
+        """Stop accepting and cut every connection (waiting up to 2 s for them to be gone)."""
+        self._closing = True
+        for sock in self._listeners:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
-
-    def _admit(self, transport: asyncio.WriteTransport) -> _Connection | None:
-        """Register a new connection, cutting one at the cap; None when this one is cut."""
-        if len(self._open) >= self.max_connections:
-            victim = min(
-                (c for c in self._open.values() if c.phase != _ANSWER),
-                key=lambda c: (c.phase, c.since),
-                default=None,
-            )
-            self._shed.add(f"cap {self.max_connections}")
-            if victim is None:
-                transport.abort()
-                return None
-            victim.transport.abort()
-            self._open.pop(victim.transport, None)
-        conn = _Connection(transport, _HEAD, self.clock())
-        self._open[transport] = conn
-        return conn
-
-    def _phase(self, conn: _Connection, phase: int) -> None:
-        conn.phase, conn.since = phase, self.clock()
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = self._admit(writer.transport)
-        if conn is None:
+                self.loop.remove_reader(sock.fileno())
+            sock.close()
+        self._listeners = []
+        if self._sweep is not None:
+            self._sweep.cancel()
+        if not self._open:
             return
-        try:
-            for served in range(REQUESTS_PER_CONNECTION):
-                wait = self.head_seconds if served == 0 else self.idle_seconds
-                head = await asyncio.wait_for(_read_head(reader), wait)
-                self._phase(conn, _ANSWER)
-                status, ctype, body, extra = await self._answer(head)
-                keep = _keep_alive(head) and served + 1 < REQUESTS_PER_CONNECTION
-                method = head.split(b" ", 1)[0]
-                headers = [
-                    f"HTTP/1.1 {status} {_REASONS[status]}",
-                    f"Content-Type: {ctype}",
-                    f"Content-Length: {len(body)}",
-                    "Connection: keep-alive" if keep else "Connection: close",
-                    *extra,
-                ]
-                self._phase(conn, _WRITE)
-                writer.write(("\r\n".join(headers) + "\r\n\r\n").encode())
-                if method != b"HEAD":
-                    writer.write(body)
-                await asyncio.wait_for(writer.drain(), self.write_seconds)
-                if not keep:
-                    break
-                self._phase(conn, _IDLE)
-        except asyncio.CancelledError:
-            pass  # shutting down: close quietly (3.11 logs a cancelled handler as an error)
-        except (
-            TimeoutError,
-            asyncio.IncompleteReadError,
-            asyncio.LimitOverrunError,
-            ConnectionError,
-            OSError,
-            ValueError,  # a line longer than the reader's limit
-        ):
-            writer.transport.abort()  # a client too slow or gone: no lingering close
-        finally:
-            self._open.pop(writer.transport, None)
-            writer.close()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(writer.wait_closed(), 1)
+        self._all_gone = self.loop.create_future()
+        for conn in list(self._open):
+            conn.cut()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._all_gone), 2)
 
-    async def _answer(self, head: bytes) -> tuple[int, str, bytes, list[str]]:
+    # -- accepting -----------------------------------------------------------------------------
+
+    def _accept(self, listener: socket.socket) -> None:
+        for _ in range(ACCEPT_BATCH):  # then the other callbacks (and closes) get a turn
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as e:
+                self._accept_errors.add(str(e))
+                if e.errno in _OUT_OF:  # a pause, or the loop would spin on the listener
+                    self.loop.remove_reader(listener.fileno())
+                    self.loop.call_later(ACCEPT_RETRY_S, self._accept_again, listener)
+                return
+            self._take(sock)
+
+    def _accept_again(self, listener: socket.socket) -> None:
+        if not self._closing:
+            self.loop.add_reader(listener.fileno(), self._accept, listener)
+
+    def _take(self, sock: socket.socket) -> None:
+        """A connection just accepted: closed at once, or on its way to a Protocol."""
+        try:
+            sock.setblocking(False)
+            first: bytes | None = sock.recv(MAX_HEAD, socket.MSG_PEEK)  # read by the Protocol
+        except (BlockingIOError, InterruptedError):
+            first = None  # nothing sent yet
+        except OSError:
+            sock.close()  # reset already
+            return
+        if first == b"":  # closed before sending a byte: nothing to answer
+            sock.close()
+            return
+        whole = first is not None and _HEAD_END.search(first) is not None
+        if len(self._open) >= self.max_connections and not (whole and self._room()):
+            self._shed.add(f"cap {self.max_connections}")
+            sock.close()
+            return
+        conn = _Connection(self, whole)
+        self._open.add(conn)
+        self._enter(conn, _HEAD)
+        connecting = self.loop.create_task(self.loop.connect_accepted_socket(lambda: conn, sock))
+        connecting.add_done_callback(functools.partial(self._connected, conn, sock))
+
+    def _connected(
+        self,
+        conn: _Connection,
+        sock: socket.socket,
+        task: asyncio.Task[tuple[asyncio.Transport, _Connection]],
+    ) -> None:
+        if task.cancelled() or task.exception() is not None:  # (the socket was gone already)
+            sock.close()
+            self._lost(conn)
+
+    def _room(self) -> bool:
+        """At the cap, for a new connection whose whole request head is in: cut the one waiting
+        for a head or stalled on its answer that has used the largest share of its deadline,
+        else the one idle the longest (a client that took its answers)."""
+        now = self.clock()
+        victim, most = None, -1.0
+        for phase in (_HEAD, _WRITE):
+            for conn in self._phases[phase]:  # the oldest that may be cut
+                if conn.transport is not None and not (phase == _HEAD and conn.whole):
+                    share = (now - conn.since) / self.deadline(phase)
+                    if share > most:
+                        victim, most = conn, share
+                    break
+        if victim is None:  # the longest idle but one whose next request is in already
+            victim = next((c for c in self._phases[_IDLE] if not _sent_more(c)), None)
+        if victim is None:
+            return False
+        self._shed.add(f"cap {self.max_connections}")
+        victim.cut()
+        return True
+
+    # -- phases and deadlines ------------------------------------------------------------------
+
+    def _enter(self, conn: _Connection, phase: int) -> None:
+        """`conn` enters `phase` now (and its deadline starts)."""
+        if conn.phase != _ANSWER:
+            self._phases[conn.phase].pop(conn, None)
+        conn.phase, conn.since = phase, self.clock()
+        if phase != _ANSWER:
+            waiting = self._phases[phase]
+            waiting[conn] = None
+            if len(waiting) == 1:
+                self._arm(conn.since + self.deadline(phase))
+
+    def _forget(self, conn: _Connection) -> None:
+        """`conn` is cut or gone: no phase, no deadline."""
+        if conn.phase != _ANSWER:
+            self._phases[conn.phase].pop(conn, None)
+            conn.phase = _ANSWER
+
+    def _lost(self, conn: _Connection) -> None:
+        """`conn`'s descriptor is closed."""
+        self._forget(conn)
+        self._open.discard(conn)
+        if not self._open and self._all_gone is not None and not self._all_gone.done():
+            self._all_gone.set_result(None)
+
+    def _arm(self, at: float) -> None:
+        if at < self._sweep_at and not self._closing:
+            if self._sweep is not None:
+                self._sweep.cancel()
+            self._sweep_at = at
+            self._sweep = self.loop.call_later(max(0.0, at - self.clock()), self._cut_late)
+
+    def _cut_late(self) -> None:
+        """Cut every connection past its phase's deadline; then wait for the next one."""
+        self._sweep, self._sweep_at = None, math.inf
+        now, nearest = self.clock(), math.inf
+        for phase, waiting in enumerate(self._phases):
+            limit = self.deadline(phase)
+            while waiting:
+                conn = next(iter(waiting))
+                if now - conn.since < limit:
+                    nearest = min(nearest, conn.since + limit)
+                    break
+                conn.cut()  # (which takes it out of `waiting`)
+        if math.isfinite(nearest):
+            self._arm(nearest)
+
+    # -- answering -----------------------------------------------------------------------------
+
+    def route(self, head: bytes) -> _Answer | _Render:
+        """The answer to a request head (the request line and headers, CRLF between)."""
         request_line, _, header_text = head.partition(b"\r\n")
         parts = request_line.split(b" ")
         if len(parts) != 3:
@@ -237,8 +358,8 @@ class HttpServer:
             gzipped = accepts_gzip(_header(header_text, b"accept-encoding"))
             body = published.ready(gzipped)
             if body is None:
-                body = await asyncio.to_thread(published.body, gzipped)
-            return 200, CONTENT_TYPE, body, ["Content-Encoding: gzip"] if gzipped else []
+                return _Render(published, gzipped)
+            return _metrics(body, gzipped)
         if target == b"/-/healthy":
             return 200, "text/plain", b"OK\n", []
         if target == b"/-/ready":
@@ -250,22 +371,217 @@ class HttpServer:
         return 404, "text/plain", b"not found\n", []
 
 
-async def _read_head(reader: asyncio.StreamReader) -> bytes:
-    """The request line and headers, up to the empty line, joined by CRLF; lines may end in a
-    bare LF too (RFC 9112 2.2)."""
-    lines: list[bytes] = []
-    size = 0
-    while True:
-        line = await reader.readline()
-        if not line.endswith(b"\n"):
-            raise asyncio.IncompleteReadError(line, None)
-        size += len(line)
-        if size > MAX_HEAD:
-            raise asyncio.LimitOverrunError("request head too long", size)
-        line = line.rstrip(b"\r\n")
-        if not line:
-            return b"\r\n".join(lines)
-        lines.append(line)
+def _metrics(body: bytes, gzipped: bool) -> _Answer:
+    return 200, CONTENT_TYPE, body, ["Content-Encoding: gzip"] if gzipped else []
+
+
+class _Connection(asyncio.Protocol):
+    """One client: its request heads answered in turn, each phase under its deadline."""
+
+    def __init__(self, server: HttpServer, whole: bool) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.whole = whole  # its whole first head came with it: not cut before it is answered
+        self.phase, self.since = _ANSWER, 0.0  # (the server enters it in _HEAD)
+        self.buffer = bytearray()
+        self.served = 0
+        self.method = b""
+        self.keep = True  # the connection is kept after the answer under way
+        self.eof = False  # the client sends no more
+        self.writing_paused = self.reading_paused = False
+        self.gone = False  # cut or lost: its descriptor is closed (or about to be)
+        self.rendering: asyncio.Future[bytes] | None = None
+        self.unsent = memoryview(b"")  # of the answer under way, what the transport has not had
+
+    def cut(self) -> None:
+        """Closed at once, nothing more sent: a client too slow or gone, or the cap."""
+        if self.gone:
+            return
+        self.gone = True
+        if self.transport is not None:
+            self.transport.abort()
+        self.server._forget(self)
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        if self.gone or self.server._closing:  # cut while it was on its way
+            self.gone = True
+            self.transport.abort()
+            return
+        # paused whenever the kernel does not take all it is handed: see _pump
+        self.transport.set_write_buffer_limits(high=0)
+
+    def data_received(self, data: bytes) -> None:
+        if self.gone:
+            return
+        self.buffer += data
+        if self.phase in (_HEAD, _IDLE):
+            self._next()
+        elif len(self.buffer) > MAX_HEAD and self.transport is not None:
+            self.transport.pause_reading()  # pipelined while one is answered: enough for now
+            self.reading_paused = True
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        if self.phase in (_HEAD, _IDLE):
+            self._next()
+        return True  # the transport stays open for the answer; it is closed after
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        closing = self.transport is None or self.transport.is_closing()
+        if self.phase == _WRITE and not self.gone and not closing:
+            self._pump()
+            self._next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gone = True
+        if self.rendering is not None:
+            self.rendering.cancel()
+        self.server._lost(self)
+
+    # -- the requests --------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Answer the request heads in the buffer, one at a time, while each is answered at once."""
+        while self.phase in (_HEAD, _IDLE) and not self.gone:
+            end = _HEAD_END.search(self.buffer)
+            if end is None or end.end() > MAX_HEAD:
+                if end is not None or len(self.buffer) > MAX_HEAD:
+                    self.cut()  # a head too long
+                elif self.eof:
+                    self._close()  # the client is done: what it has not taken yet, then FIN
+                return
+            lines = bytes(self.buffer[: end.start()]).split(b"\n")
+            del self.buffer[: end.end()]
+            self._answer(b"\r\n".join(line.rstrip(b"\r\n") for line in lines))
+
+    def _answer(self, head: bytes) -> None:
+        self.served += 1
+        self.whole = False
+        self.method = head.split(b" ", 1)[0]
+        self.keep = _keep_alive(head) and self.served < REQUESTS_PER_CONNECTION
+        answer = self.server.route(head)
+        if not isinstance(answer, _Render):
+            self._send(answer)
+            return
+        self.server._enter(self, _ANSWER)
+        self.rendering = asyncio.ensure_future(
+            asyncio.to_thread(answer.published.body, answer.gzipped)
+        )
+        self.rendering.add_done_callback(functools.partial(self._rendered, answer.gzipped))
+
+    def _rendered(self, gzipped: bool, rendering: asyncio.Future[bytes]) -> None:
+        self.rendering = None
+        if self.gone or rendering.cancelled():
+            return
+        error = rendering.exception()
+        if error is not None:
+            log.error("http: cannot render /metrics", exc_info=error)
+            self.cut()
+            return
+        self._send(_metrics(rendering.result(), gzipped))
+        self._next()
+
+    def _send(self, answer: _Answer) -> None:
+        status, ctype, body, extra = answer
+        transport = self.transport
+        assert transport is not None
+        keep = self.keep and not self.eof
+        head = [
+            f"HTTP/1.1 {status} {_REASONS[status]}",
+            f"Content-Type: {ctype}",
+            f"Content-Length: {len(body)}",
+            "Connection: keep-alive" if keep else "Connection: close",
+            *extra,
+        ]
+        self.keep = keep
+        head_bytes = ("\r\n".join(head) + "\r\n\r\n").encode()
+        unsent = memoryview(body if self.method != b"HEAD" else b"")
+        piece = max(0, WRITE_CHUNK - len(head_bytes))  # the head goes with the body's start
+        transport.write(head_bytes + unsent[:piece])
+        self.unsent = unsent[piece:]
+        self._pump()
+
+    def _pump(self) -> None:
+        """Hand the answer to the transport WRITE_CHUNK at a time while the kernel takes it all
+        (the transport pauses us as soon as it holds back any): of an answer the client does
+        not read, one piece is copied, not all of it."""
+        assert self.transport is not None
+        while self.unsent and not self.writing_paused:
+            self.transport.write(self.unsent[:WRITE_CHUNK])
+            self.unsent = self.unsent[WRITE_CHUNK:]
+        if self.unsent or (self.writing_paused and self.keep):
+            if self.phase != _WRITE:
+                self.server._enter(self, _WRITE)  # until the client takes it: resume_writing
+        elif not self.keep:
+            self._close()
+        else:
+            self._taken()
+
+    def _close(self) -> None:
+        """Closed once the transport has sent what it holds (in write_seconds, else cut)."""
+        assert self.transport is not None
+        self.keep = False
+        if self.phase != _WRITE:
+            self.server._enter(self, _WRITE)
+        self.transport.close()
+
+    def _taken(self) -> None:
+        """The answer is with the kernel, all of it."""
+        self.server._enter(self, _IDLE)
+        if self.reading_paused and self.transport is not None:
+            self.reading_paused = False
+            self.transport.resume_reading()
+
+
+async def _listen(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on host:port ("" for every interface), as asyncio binds them, with a
+    deeper queue and the accept deferred until data comes."""
+    infos = await loop.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if hasattr(socket, "TCP_DEFER_ACCEPT"):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT_S)
+            try:
+                sock.bind(address)
+            except OSError as e:  # worded as asyncio words it
+                raise OSError(
+                    e.errno,
+                    f"error while attempting to bind on address {address!r}: "
+                    f"{(e.strerror or str(e)).lower()}",
+                ) from None
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def _sent_more(conn: _Connection) -> bool:
+    """Has the client sent more than it was answered (its next request is on its way in)? A
+    poll, not a read; a client that has closed its end has sent nothing more."""
+    if conn.transport is None:
+        return False
+    poller = select.poll()
+    poller.register(conn.transport.get_extra_info("socket").fileno(), _POLL)
+    events = poller.poll(0)
+    return bool(events) and not events[0][1] & _HUNG_UP
 
 
 def _header(text: bytes, name: bytes) -> bytes:

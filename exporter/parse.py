@@ -28,10 +28,15 @@ MAX_TOKENS = 1_000_000_000
 # the server logs its own `n_slots = N`.
 DEFAULT_SLOTS = 4
 SLOT_MARGIN = 2
-MAX_SLOTS = 65536  # an n_slots beyond this is a garbled line
-# A PID that logged before the current one is still running until it has logged nothing for
-# this long (journal time): its late lines are its own, and only then are its requests aborted.
+MAX_SLOTS = 1024  # an n_slots beyond this is a garbled line
+# A PID that logged before the newest one is still running until it says it exits or has
+# logged nothing for PID_GONE_US (journal time): its late lines (a journal interleaves the old
+# server's last ones with the new one's first) are its own until then. One that logs again
+# later than that after the newest began is a second server under the unit: it is gone only
+# after `gone_us` of silence (the daemon's max_request_seconds: a request may run that long
+# without a line).
 PID_GONE_US = 10_000_000
+SECOND_SERVER_GONE_US = 600_000_000
 MAX_SERVERS = 4  # older PIDs followed at once (the oldest is taken as gone beyond that)
 KNOWN_PIDS = 16  # PIDs remembered as seen: one of them logging again is no restart
 
@@ -134,7 +139,9 @@ class _Server:
     pending_stops: dict[tuple[int, int], int]
     last_timed: dict[int, int]
     started: dict[tuple[int, int], int]
+    n_slots: int
     since_us: int  # journal time it last was the one logging
+    second: bool = False  # it logged well after the newest began: a second server
 
     def copy(self) -> _Server:
         return _Server(
@@ -142,7 +149,9 @@ class _Server:
             dict(self.pending_stops),
             dict(self.last_timed),
             dict(self.started),
+            self.n_slots,
             self.since_us,
+            self.second,
         )
 
 
@@ -160,8 +169,15 @@ class Parser:
     n_slots: int = 0  # the slot count the server logged (`n_slots = N`), 0 before
     others: dict[int, _Server] = field(default_factory=dict)  # older PIDs that may still log
     newest_pid: int = 0  # the PID that started last (never taken as gone for its silence)
+    newest_since_us: int = 0  # when its first line came
+    second: bool = False  # the current PID is a second server (see _Server)
     last_us: int = 0  # while others log too: the journal time of the current PID's last line
     seen: dict[int, None] = field(default_factory=dict)  # the last KNOWN_PIDS PIDs, in order
+    gone_us: int = SECOND_SERVER_GONE_US  # (configured, not saved)
+    # Journal times beyond this do not make time pass (stops decided, PIDs taken as gone): the
+    # caller's now, set before each batch (a line stamped years ahead decides nothing early);
+    # records keep their own times.
+    horizon_us: int = MAX_TIME_US
 
     @property
     def max_in_flight(self) -> int:
@@ -230,6 +246,8 @@ class Parser:
             dict(self.seen),
             self.newest_pid,
             self.last_us,
+            self.newest_since_us,
+            self.second,
         )
 
     def _rollback(self, mark: tuple[Any, ...]) -> None:
@@ -244,6 +262,8 @@ class Parser:
             self.seen,
             self.newest_pid,
             self.last_us,
+            self.newest_since_us,
+            self.second,
         ) = mark
 
     def feed_reference(self, lines: Iterable[LogLine]) -> list[Record]:
@@ -262,12 +282,15 @@ class Parser:
             if not MIN_TIME_US <= line.time_us <= MAX_TIME_US:  # (sources keep to it: rare)
                 out.append(self._error(line, "journal time out of range"))
                 continue
+            now = line.time_us if line.time_us <= self.horizon_us else self.horizon_us
             if self.pending_stops:
-                self._expire(line.time_us, out)
+                self._expire(now, out)
             if self.others:
-                self._retire(line.time_us, line.pid, out)
+                self._retire(now, line.pid, out)
                 if line.pid == self.pid:
-                    self.last_us = line.time_us
+                    self.last_us = now
+                    if self.pid != self.newest_pid and now - self.newest_since_us > PID_GONE_US:
+                        self.second = True
             msg = line.message
             try:
                 token = fast(msg) if fast is not None else None
@@ -328,7 +351,7 @@ class Parser:
                 assert count is not None
                 self.n_slots = count
             elif kind == EXIT:
-                self._exited(line.time_us, out)
+                self._exited(now, out)
 
     def flush(self, until_us: int) -> list[Record]:
         """The journal holds nothing older than `until_us` unread: decide stops that have waited."""
@@ -347,8 +370,14 @@ class Parser:
         pid = line.pid
         if not pid or pid == self.pid:
             return
+        now = min(line.time_us, self.horizon_us)
         before, known = self.pid, pid in self.others
-        self._switch_to(pid, line.time_us)
+        if before:
+            self._switch_to(pid, now)
+        else:  # what came before with no PID was this server's
+            self.pid, self.last_us = pid, now
+        if known and now - self.newest_since_us > PID_GONE_US:  # (as in _feed)
+            self.second = True
         if not known and pid not in self.seen:  # a server not seen before
             if before:
                 out.append(
@@ -360,29 +389,43 @@ class Parser:
                         detail=f"llama-server PID {before} -> {pid}",
                     )
                 )
-            self.newest_pid = pid
+            self.newest_pid, self.newest_since_us = pid, now
         self.seen.pop(pid, None)
         self.seen[pid] = None
         if len(self.seen) > KNOWN_PIDS:
             del self.seen[next(iter(self.seen))]
         while len(self.others) > MAX_SERVERS:
             oldest = next(iter(self.others))
-            self._gone(oldest, self.others.pop(oldest), line.time_us, out)
+            self._gone(oldest, self.others.pop(oldest), now, out)
 
     def _switch_to(self, pid: int, now_us: int) -> None:
         """Keep the current PID's context among the others (as of `now_us`) and take up `pid`'s
         (a fresh one for a PID not among them, 0 included)."""
         if self.pid:
-            self.others[self.pid] = _Server(
-                self.block, self.pending_stops, self.last_timed, self.started, now_us
-            )
-        back = self.others.pop(pid, None)
-        if back is not None:
-            self.block, self.pending_stops = back.block, back.pending_stops
-            self.last_timed, self.started = back.last_timed, back.started
-        else:
-            self.block, self.pending_stops, self.last_timed, self.started = _NO_BLOCK, {}, {}, {}
+            self.others[self.pid] = self._current(now_us)
+        self._take(self.others.pop(pid, None))
         self.pid, self.last_us = pid, now_us
+
+    def _current(self, now_us: int) -> _Server:
+        return _Server(
+            self.block,
+            self.pending_stops,
+            self.last_timed,
+            self.started,
+            self.n_slots,
+            now_us,
+            self.second,
+        )
+
+    def _take(self, server: _Server | None) -> None:
+        """Make `server`'s context the current one (a fresh one for None)."""
+        if server is None:
+            self.block, self.pending_stops, self.last_timed, self.started = _NO_BLOCK, {}, {}, {}
+            self.n_slots, self.second = 0, False
+        else:
+            self.block, self.pending_stops = server.block, server.pending_stops
+            self.last_timed, self.started = server.last_timed, server.started
+            self.n_slots, self.second = server.n_slots, server.second
 
     def _total(
         self, line: LogLine, slot: int | None, task: int | None, us: int | None, tokens: int | None
@@ -475,21 +518,23 @@ class Parser:
                     del server.pending_stops[key]
                     server.started.pop(key, None)
                     out.append(Event(self.node, t, EventKind.CANCELLED, pid, key[0], key[1]))
-            if pid not in (logging, self.newest_pid) and now_us - server.since_us > PID_GONE_US:
+            gone_us = self.gone_us if server.second else PID_GONE_US
+            if pid not in (logging, self.newest_pid) and now_us - server.since_us > gone_us:
                 del self.others[pid]
                 self._gone(pid, server, now_us, out)
 
     def _exited(self, now_us: int, out: list[Record]) -> None:
         """The server logging says it exits: what it held will not end. The one that logged
         before it, if any, is the one logging again."""
-        server = _Server(self.block, self.pending_stops, self.last_timed, self.started, now_us)
-        self._gone(self.pid, server, now_us, out)
+        self._gone(self.pid, self._current(now_us), now_us, out)
         if self.others:
-            self.pid, back = self.others.popitem()
-            self.block, self.pending_stops = back.block, back.pending_stops
-            self.last_timed, self.started = back.last_timed, back.started
+            pid, server = self.others.popitem()
+            self._take(server)
+            self.pid = self.newest_pid = pid
+            self.newest_since_us = now_us
         else:
-            self.block, self.pending_stops, self.last_timed, self.started = _NO_BLOCK, {}, {}, {}
+            self._take(None)
+        self.last_us = now_us
 
     def _gone(self, pid: int, server: _Server, now_us: int, out: list[Record]) -> None:
         """PID `pid` has exited: its waiting stops were cancels, its other requests aborted."""
@@ -519,26 +564,38 @@ class Parser:
             **_context_state(self.block, self.pending_stops, self.last_timed, self.started),
             "n_slots": self.n_slots,
             "newest_pid": self.newest_pid,
+            "newest_since_us": self.newest_since_us,
+            "second": self.second,
             "last_us": self.last_us,
             "others": [
-                [pid, s.since_us, _context_state(s.block, s.pending_stops, s.last_timed, s.started)]
+                [
+                    pid,
+                    s.since_us,
+                    _context_state(s.block, s.pending_stops, s.last_timed, s.started),
+                    s.n_slots,
+                    s.second,
+                ]
                 for pid, s in self.others.items()
             ],
             "seen": list(self.seen),
         }
 
     @classmethod
-    def from_state(cls, node: str, state: dict[str, Any], slots: int = DEFAULT_SLOTS) -> Parser:
-        """The parser `state()` saved (`slots`: today's configured count). Raises KeyError,
-        TypeError or ValueError on a state that does not fit."""
-        p = cls(node, pid=_int(state["pid"]), slots=slots)
+    def from_state(cls, node: str, state: dict[str, Any]) -> Parser:
+        """The parser `state()` saved (the configured `slots` and `gone_us` are the caller's
+        to set). Raises KeyError, TypeError or ValueError on a state that does not fit."""
+        p = cls(node, pid=_int(state["pid"]))
         p.block, p.pending_stops, p.last_timed, p.started = _context_from(state)
         p.n_slots = _int(state.get("n_slots", 0))
         p.newest_pid = _int(state.get("newest_pid", p.pid))
         p.last_us = _int(state.get("last_us", 0))
-        for pid, since_us, context in state.get("others", []):
+        p.newest_since_us = _int(state.get("newest_since_us", 0))
+        p.second = bool(state.get("second", False))
+        for pid, since_us, context, n_slots, second in state.get("others", []):
             block, stops, timed, started = _context_from(context)
-            p.others[_int(pid)] = _Server(block, stops, timed, started, _int(since_us))
+            p.others[_int(pid)] = _Server(
+                block, stops, timed, started, _int(n_slots), _int(since_us), bool(second)
+            )
         p.seen = dict.fromkeys(_int(pid) for pid in state.get("seen", [p.pid] if p.pid else []))
         return p
 

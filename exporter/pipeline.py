@@ -8,6 +8,7 @@ on and the node goes on with its next batch instead of crash-looping on this one
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 
@@ -31,6 +32,7 @@ def apply_batch(batch: Batch, parser: Parser, acc: Accounting, now_us: int) -> l
     recs: list[Record] = [
         Event(node, now_us, EventKind.PARSE_ERROR, detail=error) for error in batch.errors
     ]
+    parser.horizon_us = now_us  # (time from outside passes no faster than the exporter's)
     recs += parser.feed_all(batch.lines)
     up = batch.up
     ns = acc.nodes[node]
@@ -65,3 +67,23 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+    _fixed_mmap_threshold()
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD = 128 * 1024
+
+
+def _fixed_mmap_threshold() -> None:
+    """Blocks of 128 KiB and more (the 1 MiB reads of a file source, decoded journal chunks)
+    from mmap, always. glibc raises its threshold after the first such block is freed, so the
+    later ones come from the heap, which they fragment: under bench/soak the free memory glibc
+    kept grew from 12 to 32 MB over 10M lines (+3..28% resident) while Python's own blocks stayed
+    flat. A fixed threshold kept it flat. (No glibc, no mallopt: nothing to do.)"""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)

@@ -57,7 +57,7 @@ class Builder:
         self.kinds, self.since_us, self.until_us = kinds, since_us, until_us
         self.max_request_us = max_request_us
         self.acc = Accounting(list(nodes), kinds, origin_us=since_us, max_request_us=max_request_us)
-        self.parsers = {n: Parser(n, slots=slots) for n in nodes}
+        self.parsers = {n: Parser(n, slots=slots, gone_us=max_request_us) for n in nodes}
         self._counted: list[tuple[int | None, int]] = []  # (tokens, duration) of each counted
         self.errors: dict[str, list[str]] = {n: [] for n in nodes}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting import CLOCK_ALLOWANCE_US, SECOND, Accounting
+from exporter.accounting import CLOCK_ALLOWANCE_US, SECOND, Accounting, state_of
 from exporter.checkpoint import NAME as CHECKPOINT_NAME
 from exporter.checkpoint import Checkpoint
 from exporter.config import Config, ConfigError, FileNode, parse
@@ -20,8 +20,9 @@ from exporter.daemon import Daemon
 from exporter.demo import DemoLine, short_iso
 from exporter.http import HttpServer, Pages, accepts_gzip
 from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.logline import Event, EventKind, Interval, LogLine, Record
-from exporter.parse import Parser
+from exporter.logline import Batch, Event, EventKind, Interval, LogLine, Record
+from exporter.parse import PID_GONE_US, Parser
+from exporter.pipeline import apply_batch
 from exporter.times import MAX_TIME_US, iso
 
 from support.daemon_process import DaemonProcess, file_nodes
@@ -162,10 +163,15 @@ RELEASE = "slot      release: id  {s} | task {t} | stop processing: n_tokens = 5
 
 
 def _through(lines: list[tuple[int, int, str]], flush_at_us: int) -> Accounting:
-    """(ms, pid, message) lines of NODE through its parser and the accounting."""
+    """(ms, pid, message) lines of NODE through its parser and the accounting, one batch a
+    line, time passing and the watermark moving after each as the daemon's ticks do."""
     parser, acc = Parser(NODE), Accounting([NODE], Kinds(DEFAULT_RULES), origin_us=T0)
-    log = tuple(LogLine(NODE, T0 + ms * 1000, "", pid, msg) for ms, pid, msg in lines)
-    acc.add_all(parser.feed_all(log))
+    for ms, pid, msg in lines:
+        line = LogLine(NODE, T0 + ms * 1000, "", pid, msg)
+        acc.add_all(parser.feed_all((line,)))
+        acc.line_read(NODE, line.time_us)
+        acc.add_all(parser.flush(line.time_us))
+        acc.advance(line.time_us)
     acc.add_all(parser.flush(flush_at_us))
     return acc
 
@@ -173,30 +179,54 @@ def _through(lines: list[tuple[int, int, str]], flush_at_us: int) -> Accounting:
 def test_two_pids_interleaving_are_one_restart_and_nothing_aborted() -> None:
     """Before: three restarts that aborted two requests which both completed."""
     old, new = 1111, 2222
+    long_total = TOTAL.format(s=0, t=57).replace("1000.00", "30000.00")
     acc = _through(
         [
-            (0, old, LAUNCH.format(s=0, t=57)),
+            (0, old, LAUNCH.format(s=0, t=57)),  # a 30 s request
             (5, new, LAUNCH.format(s=0, t=0)),  # the new server's first line
-            (1000, old, TOTAL.format(s=0, t=57)),  # the old one's last block, after it
-            (1001, old, RELEASE.format(s=0, t=57)),
             (1005, new, TOTAL.format(s=0, t=0)),
             (1006, new, RELEASE.format(s=0, t=0)),
+            (2000, new, LAUNCH.format(s=0, t=1)),
+            (3000, new, TOTAL.format(s=0, t=1)),
+            (30_000, old, long_total),  # the old one's last block, long after
+            (30_001, old, RELEASE.format(s=0, t=57)),
         ],
         T0 + 60 * SECOND,  # (and a minute passes)
     )
     ns = acc.nodes[NODE]
-    assert (ns.restarts, ns.aborted, ns.cancelled) == (1, 0, 0)
-    assert sum(c.requests for c in ns.kinds.values()) == 2 and not ns.in_flight
+    assert (ns.restarts, ns.aborted, ns.cancelled, ns.late) == (1, 0, 0, 0)
+    assert sum(c.requests for c in ns.kinds.values()) == 3 and not ns.in_flight
 
 
 def test_an_old_pid_that_has_gone_aborts_what_it_held_once() -> None:
     acc = _through(
         [(0, 1111, LAUNCH.format(s=0, t=57)), (5, 2222, LAUNCH.format(s=0, t=0))],
-        T0 + 60 * SECOND,
+        T0 + 5000 + PID_GONE_US + 1,  # (silent since the new one's first line)
     )
     ns = acc.nodes[NODE]
     assert (ns.restarts, ns.aborted) == (1, 1)
     assert list(ns.in_flight) == [(0, 0)]  # the new server's request is still running
+
+
+def test_one_line_stamped_years_ahead_decides_no_stop_and_no_server_gone() -> None:
+    """Stops wait 1 s for their timing block, older PIDs 10 minutes for their lines: a line
+    stamped ten years ahead must not make that time pass (the daemon bounds it by its now)."""
+    parser, acc = Parser(NODE), Accounting([NODE], Kinds(DEFAULT_RULES), origin_us=T0)
+    now = T0 + 60 * SECOND
+
+    def batch(*lines: tuple[int, int, str]) -> None:
+        log = tuple(LogLine(NODE, t, "", pid, msg) for t, pid, msg in lines)
+        apply_batch(Batch(NODE, log, entries=len(log), newest_us=log[-1].time_us), parser, acc, now)
+
+    batch((now - 3000, 1111, LAUNCH.format(s=1, t=57)))
+    batch((now - 2000, 2222, LAUNCH.format(s=0, t=1)), (now - 1000, 2222, RELEASE.format(s=0, t=1)))
+    batch((now + AHEAD_10Y, 2222, TOTAL.format(s=2, t=9)))  # the broken clock
+    batch((now, 2222, TOTAL.format(s=0, t=1)), (now + 1, 1111, TOTAL.format(s=1, t=57)))
+    ns = acc.nodes[NODE]
+    assert (ns.cancelled, ns.aborted, ns.restarts) == (0, 0, 1)
+    assert sum(c.requests for c in ns.kinds.values()) == 3
+    # and the future request's busy time waits in no list (nor the checkpoint) for ten years
+    assert all(s <= now + CLOCK_ALLOWANCE_US for s, _, _, _ in state_of(acc)["pending"])
 
 
 def test_launches_whose_ends_never_come_stay_within_the_slots() -> None:

@@ -591,12 +591,65 @@ def test_after_an_old_pids_late_line_the_newest_is_the_one_logging_again() -> No
     p.feed(LogLine("n0", T0, "", 100, START.format(t=5)))
     p.feed(LogLine("n0", T0 + 10, "", 200, START.format(t=1).replace("id  0", "id  1")))
     p.feed(LogLine("n0", T0 + 20, "", 100, START.format(t=6).replace("id  0", "id  2")))
-    out = p.flush(T0 + 60 * 1_000_000)
+    assert p.flush(T0 + 20 + PID_GONE_US) == []
+    out = p.flush(T0 + 21 + PID_GONE_US)
     assert sorted((r.kind, r.pid, r.task) for r in out if isinstance(r, Event)) == [
         (EventKind.ABORTED, 100, 5),
         (EventKind.ABORTED, 100, 6),
     ]
     assert (p.pid, list(p.started), p.others) == (200, [(1, 1)], {})
+
+
+def test_lines_with_no_pid_before_the_first_pid_are_that_servers() -> None:
+    """(The context they built was once dropped with no event: a request stuck in flight.)"""
+    p = Parser("n0")
+    out = p.feed_all(
+        (
+            LogLine("n0", T0, "", 0, START.format(t=1)),
+            LogLine("n0", T0 + 500_000, "", 0, STOP.format(t=1)),
+            LogLine("n0", T0 + 600_000, "", 4242, START.format(t=2).replace("id  0", "id  1")),
+        )
+    )
+    out += p.flush(T0 + 2_000_000)
+    assert [(r.kind, r.task) for r in out if isinstance(r, Event)] == [
+        (EventKind.STARTED, 1),
+        (EventKind.STARTED, 2),
+        (EventKind.CANCELLED, 1),
+    ]
+    assert (p.pid, p.others) == (4242, {})
+
+
+def test_each_server_has_its_own_slot_count() -> None:
+    p = Parser("n0")
+    big = LogLine("n0", T0, "", 100, "srv    load_model: initializing slots, n_slots = 8")
+    launches = [
+        LogLine("n0", T0 + k, "", 100, START.format(t=k).replace("id  0", f"id  {k}"))
+        for k in range(1, 9)
+    ]
+    small = LogLine("n0", T0 + 10, "", 200, "srv    load_model: initializing slots, n_slots = 1")
+    one_more = LogLine("n0", T0 + 20, "", 100, START.format(t=20).replace("id  0", "id  9"))
+    out = p.feed_all((big, *launches, small, one_more))
+    assert not [r for r in out if isinstance(r, Event) and r.kind is EventKind.LOST]
+    assert p.pid == 100 and p.n_slots == 8 and p.others[200].n_slots == 1
+
+
+def test_a_pid_logging_long_after_the_newest_began_is_a_second_server_given_more_time() -> None:
+    p = Parser("n0", gone_us=600 * 1_000_000)
+    p.feed(LogLine("n0", T0, "", 100, START.format(t=5)))
+    p.feed(LogLine("n0", T0 + 10, "", 200, START.format(t=1).replace("id  0", "id  1")))
+    late = T0 + PID_GONE_US // 2
+    p.feed(LogLine("n0", late, "", 100, TIMED.format(t=5)))  # in time: its own, no second yet
+    p.feed(LogLine("n0", late + 1, "", 100, START.format(t=6)))
+    again = T0 + 2 * PID_GONE_US  # it logs again well after the newest began: a second server
+    p.feed(LogLine("n0", again, "", 100, TIMED.format(t=6)))
+    p.feed(LogLine("n0", again + 1, "", 100, START.format(t=7)))  # a long request
+    assert p.flush(again + 1 + 300 * 1_000_000) == []  # 5 minutes silent: still running
+    (gone,) = p.flush(again + 2 + 600 * 1_000_000)
+    assert isinstance(gone, Event) and (gone.kind, gone.pid, gone.task) == (
+        EventKind.ABORTED,
+        100,
+        7,
+    )
 
 
 def test_a_server_that_says_it_exits_aborts_what_it_held_at_once() -> None:
@@ -607,7 +660,7 @@ def test_a_server_that_says_it_exits_aborts_what_it_held_at_once() -> None:
     (gone,) = p.feed(LogLine("n0", T0 + 20, "", 100, "main: cleaning up before exit..."))
     assert isinstance(gone, Event)
     assert (gone.kind, gone.pid, gone.task, gone.time_us) == (EventKind.ABORTED, 100, 5, T0 + 20)
-    assert p.flush(T0 + 60 * 1_000_000) == [] and list(p.started) == [(1, 1)]
+    assert p.flush(T0 + 2 * PID_GONE_US) == [] and list(p.started) == [(1, 1)]
 
 
 def test_a_launch_on_a_slot_that_holds_a_request_ends_the_older_one_as_lost() -> None:

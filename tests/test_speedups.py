@@ -269,6 +269,20 @@ def test_the_compiled_feed_runs_whole_requests_and_hands_back_a_stop_to_decide()
     assert _speedups.feed(p, (other,), 0, [], parse.FEED_TYPES, p.max_in_flight) == 0
 
 
+def test_the_compiled_feed_leaves_a_bound_that_shrank_to_the_reference() -> None:
+    """Six slots timed, then the server says it has one: the next total forgets slots as the
+    reference does (the compiled feed once kept them all)."""
+    t, pid = 1_790_000_000_000_000, 4242
+    lines = [
+        LogLine(NODE, t + s, "", pid, STEP_LINES["total"].format(s=s, t=s, n=100)) for s in range(6)
+    ]
+    lines.append(LogLine(NODE, t + 10, "", pid, "load_model: initializing slots, n_slots = 1"))
+    lines.append(LogLine(NODE, t + 20, "", pid, STEP_LINES["total"].format(s=0, t=9, n=100)))
+    p, q = Parser(NODE), Parser(NODE)
+    assert p.feed_all(tuple(lines)) == q.feed_reference(tuple(lines))
+    assert p.state() == q.state() and len(p.state()["last_timed"]) == 5  # (one forgotten)
+
+
 OUT_OF_RANGE = (-1, MAX_TIME_US + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**19 - 1)
 
 
