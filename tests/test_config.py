@@ -7,16 +7,13 @@ import dataclasses
 import logging
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
-from types import FrameType
 
 import pytest
 import yaml
@@ -39,37 +36,15 @@ from exporter.config import (
 )
 from exporter.kinds import DEFAULT_RULES, KindRule, Kinds
 
+from support.tools import deadline
+from support.tools import yaml_text as y
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "config.example.yaml"
 SRC = "cfg.yaml"
 NOW_US = 1_790_078_400_000_000  # 2026-09-22T12:00:00Z
 PARSE_DEADLINE_S = 0.5  # parse() takes about a millisecond; longer means it hangs
 FILE_NODE = ("nodes:", "  - {name: a, source: file, path: /x}")
-
-
-class Hang(Exception):
-    """parse() still running after its deadline."""
-
-
-@contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Turn a hang into an exception, so a looping parse fails instead of stalling the suite."""
-
-    def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise Hang(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def y(*lines: str) -> str:
-    """YAML text, one argument a line, so a case's line numbers can be read off its position."""
-    return "\n".join(lines) + "\n"
 
 
 def good(

@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-import signal
 import tracemalloc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -36,6 +32,9 @@ from exporter.config import (
 from exporter.sources import SourceError
 from exporter.sources.ssh import read_secret
 
+from support.tools import deadline
+from support.tools import yaml_text as y
+
 SRC = "cfg.yaml"
 # Each hostile document below is refused in milliseconds; before the bounds some took minutes
 # or never ended. A generous deadline turns such a hang into a failure instead of a stall.
@@ -43,31 +42,8 @@ DEADLINE_S = 10.0
 SECRET = "Hunter2S3cr3t"  # as pasted into the wrong key: it must appear in no problem
 
 
-class Hang(Exception):
-    """parse() still running after its deadline."""
-
-
-@contextmanager
-def deadline(seconds: float = DEADLINE_S) -> Iterator[None]:
-    def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise Hang(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def y(*lines: str) -> str:
-    """YAML text, one argument a line, so a case's line numbers can be read off its position."""
-    return "\n".join(lines) + "\n"
-
-
 def problems(text: str) -> list[str]:
-    with deadline(), pytest.raises(ConfigError) as e:
+    with deadline(DEADLINE_S), pytest.raises(ConfigError) as e:
         parse(text, SRC, {})
     return e.value.problems
 
@@ -280,7 +256,7 @@ def test_an_oversized_text_is_one_problem() -> None:
 
 def test_load_reads_no_more_than_the_cap() -> None:
     """`check-config /dev/zero` ends, with one problem."""
-    with deadline(), pytest.raises(ConfigError) as e:
+    with deadline(DEADLINE_S), pytest.raises(ConfigError) as e:
         load(Path("/dev/zero"))
     assert e.value.problems == [f"/dev/zero: over {MAX_BYTES:,} bytes: not a config"]
 
@@ -364,7 +340,7 @@ def test_check_config_never_prints_a_secret(
     saved_handlers, saved_level = root.handlers[:], root.level
     root.handlers = []
     try:
-        with deadline():
+        with deadline(DEADLINE_S):
             code = main(["check-config", str(path)])
     finally:
         for h in root.handlers:
@@ -388,7 +364,7 @@ def test_a_secret_in_the_right_key_is_in_no_problem_description_or_source_error(
         f"  - {{name: e, source: ssh, host: h, password_env: {SECRET}}}",
         f"  - {{name: f, source: ssh, host: h, password_file: {SECRET}}}",
     )
-    with deadline():
+    with deadline(DEADLINE_S):
         config = parse(text, SRC, {})
     assert SECRET not in "\n".join(describe(config))
     errors = []
@@ -417,7 +393,7 @@ def test_a_password_file_that_is_not_utf8_is_a_source_error(tmp_path: Path) -> N
 
 def check_outcome(text: str) -> Config | ConfigError:
     try:
-        with deadline():
+        with deadline(DEADLINE_S):
             return parse(text, SRC, {})
     except ConfigError as e:
         assert e.source == SRC

@@ -6,16 +6,21 @@
   `poll` is the same wait for a caller that decides itself what a timeout means (a benchmark).
 - `free_port`: a port of 127.0.0.1 that was free a moment ago, for servers that cannot report a
   kernel-chosen one (their callers retry on a clash).
+- `deadline`: a hang of code run in this thread becomes a `Hang` exception (SIGALRM).
+- `yaml_text`: YAML text one argument a line, so a case's line numbers read off its position.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import NoReturn, TypeVar
 
 import pytest
@@ -105,3 +110,28 @@ def require_compiled(module: object, name: str) -> None:
     if IN_CI:
         pytest.fail(f"{why}; `make test` builds it (needs gcc) and runs this file compiled")
     pytest.skip(f"{why} (not CI; make test installs gcc)", allow_module_level=True)
+
+
+class Hang(Exception):
+    """Code still running after its deadline."""
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Turn a hang into an exception, so a looping parse fails instead of stalling the suite."""
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        raise Hang(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def yaml_text(*lines: str) -> str:
+    """YAML text, one argument a line, so a case's line numbers can be read off its position."""
+    return "\n".join(lines) + "\n"
