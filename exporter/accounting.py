@@ -257,7 +257,8 @@ class Accounting:
             limit = now_us + self.clock_allowance_us
             times = [t for t in (time_us, ended_us) if t is not None]
             if times:
-                ns.clock_skew_us = max(times) - now_us if max(times) > limit else 0
+                newest = max(times)
+                ns.clock_skew_us = newest - now_us if newest > limit else 0
             if ended_us is not None and ended_us > limit:  # (it is the node's last_end_us)
                 ns.last_end_us = limit
                 # what starts beyond now is no busy time that can be accounted (it would wait

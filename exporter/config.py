@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from exporter.accounting import DEFAULT_BUCKETS_S
+from exporter.accounting import CLOCK_ALLOWANCE_US, DEFAULT_BUCKETS_S
 from exporter.kinds import DEFAULT_RULES, KindRule, Kinds
 from exporter.parse import DEFAULT_SLOTS, MAX_SLOTS
 from exporter.times import since_us as _since_us
@@ -87,7 +87,8 @@ class Config:
     since: str = "now"
     duration_buckets: tuple[float, ...] = DEFAULT_BUCKETS_S
     slots: int = DEFAULT_SLOTS  # a node's slot count until its llama-server logs n_slots
-    clock_allowance_seconds: int = 5  # how far ahead of this clock a node's journal may be
+    # how far ahead of this clock a node's journal may run
+    clock_allowance_seconds: int = CLOCK_ALLOWANCE_US // 1_000_000
     kinds: Kinds = field(default_factory=lambda: Kinds(DEFAULT_RULES))
     nodes: tuple[NodeConfig, ...] = ()
 

@@ -237,34 +237,18 @@ class Parser:
     def _mark(self) -> tuple[Any, ...]:
         return (
             self.pid,
-            _copy_block(self.block),
-            dict(self.pending_stops),
-            dict(self.last_timed),
-            dict(self.started),
-            self.n_slots,
+            self._current(self.last_us).copy(),
             {pid: s.copy() for pid, s in self.others.items()},
             dict(self.seen),
             self.newest_pid,
-            self.last_us,
             self.newest_since_us,
-            self.second,
+            self.last_us,
         )
 
     def _rollback(self, mark: tuple[Any, ...]) -> None:
-        (
-            self.pid,
-            self.block,
-            self.pending_stops,
-            self.last_timed,
-            self.started,
-            self.n_slots,
-            self.others,
-            self.seen,
-            self.newest_pid,
-            self.last_us,
-            self.newest_since_us,
-            self.second,
-        ) = mark
+        self.pid, current, self.others, self.seen, *newest = mark
+        self.newest_pid, self.newest_since_us, self.last_us = newest
+        self._take(current)
 
     def feed_reference(self, lines: Iterable[LogLine]) -> list[Record]:
         """`feed_all` in pure Python: the reference the compiled `feed` is held to."""

@@ -4,7 +4,6 @@ config.example.yaml documents every accepted key; check-config and run refuse ba
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import re
 import socket
@@ -20,7 +19,7 @@ import yaml
 
 from exporter import daemon, sources
 from exporter.accounting import DEFAULT_BUCKETS_S
-from exporter.cli import SERVICE_CREDENTIALS, main
+from exporter.cli import SERVICE_CREDENTIALS
 from exporter.config import (
     ALL_SOURCES,
     KIND_KEYS,
@@ -36,6 +35,7 @@ from exporter.config import (
 )
 from exporter.kinds import DEFAULT_RULES, KindRule, Kinds
 
+from conftest import Cli
 from support.tools import deadline
 from support.tools import yaml_text as y
 
@@ -942,33 +942,7 @@ def test_example_commented_nodes_are_valid_once_uncommented() -> None:
     assert {n.source for n in cfg.nodes} == ALL_SOURCES
 
 
-# -- the command line --------------------------------------------------------------------------
-
-Cli = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    """Run exporter.cli.main; returns (exit code, stdout, stderr). The root logger is emptied for
-    the call (pytest's own handlers put back after), so main's logging.basicConfig really writes
-    to the captured stderr."""
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        root = logging.getLogger()
-        saved_handlers, saved_level = root.handlers[:], root.level
-        root.handlers = []
-        try:
-            with deadline(10.0):
-                code = main(list(argv))
-        finally:
-            for h in root.handlers:
-                h.close()
-            root.handlers = saved_handlers
-            root.setLevel(saved_level)
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+# -- the command line (the `cli` fixture: conftest.py) ----------------------------------------
 
 
 def test_check_config_on_the_example_exits_0(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:

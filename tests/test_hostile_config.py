@@ -5,7 +5,6 @@ never echoed; and whatever text the loader is given, it answers a Config or a Co
 from __future__ import annotations
 
 import itertools
-import logging
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.cli import main
 from exporter.config import (
     MAX_BYTES,
     MAX_DEPTH,
@@ -32,6 +30,7 @@ from exporter.config import (
 from exporter.sources import SourceError
 from exporter.sources.ssh import read_secret
 
+from conftest import Cli
 from support.tools import deadline
 from support.tools import yaml_text as y
 
@@ -327,27 +326,14 @@ def test_an_unset_service_variable_is_named_others_are_not() -> None:
     )
 
 
-def test_check_config_never_prints_a_secret(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_check_config_never_prints_a_secret(tmp_path: Path, cli: Cli) -> None:
     path = tmp_path / "c.yaml"
     lines = ["nodes:"]
     # the mistakes that leave the document valid YAML, so that each is a problem of its own
     for i, (key, value) in enumerate(SECRET_MISTAKES[:7]):
         lines += [f"  - name: n{i}", "    source: ssh", "    host: h", f"    {key}: {value}"]
     path.write_text(y(*lines))
-    root = logging.getLogger()  # emptied, so main's logging.basicConfig writes to stderr
-    saved_handlers, saved_level = root.handlers[:], root.level
-    root.handlers = []
-    try:
-        with deadline(DEADLINE_S):
-            code = main(["check-config", str(path)])
-    finally:
-        for h in root.handlers:
-            h.close()
-        root.handlers = saved_handlers
-        root.setLevel(saved_level)
-    out, err = capsys.readouterr()
+    code, out, err = cli("check-config", str(path))
     assert code == 1
     assert err.count(f"{path}:") >= 1 + 7, err  # the count, then a problem per node
     assert SECRET not in out + err

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from exporter import parse
 from exporter.logline import Event, EventKind, Interval, LogLine, Record
 from exporter.parse import (
     MAX_DURATION_US,
@@ -750,3 +751,32 @@ def test_started_survives_a_checkpoint() -> None:
     resumed.feed(LogLine("n0", T0 + 10_000, "", 100, STOP.format(t=1)))
     (ev,) = resumed.flush(T0 + 2_000_000)
     assert isinstance(ev, Event) and (ev.kind, ev.task) == (EventKind.CANCELLED, 1)
+
+
+def test_a_line_the_parser_fails_on_is_a_parse_error_and_the_state_rolls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A defect (here: tokenizing one line raises) costs that line only: it is a parse error,
+    and the state is as if the line had not come, the older server's context included."""
+    tokenize = parse.tokenize
+
+    def failing(msg: str) -> parse.Token | None:
+        if msg == TOTAL_C:
+            raise RuntimeError("a defect")
+        return tokenize(msg)
+
+    lines = [
+        LogLine("n0", T0, "", 100, START.format(t=1)),
+        LogLine("n0", T0 + 10, "", 200, START.format(t=2).replace("id  0", "id  1")),
+        LogLine("n0", T0 + 20, "", 200, TOTAL_C),  # (a line only the Python tokenizer reads)
+        LogLine("n0", T0 + 30, "", 100, TIMED.format(t=1)),
+    ]
+    clean = Parser("n0")
+    want = clean.feed_all((*lines[:2], lines[3]))
+    monkeypatch.setattr(parse, "tokenize", failing)
+    p = Parser("n0")
+    got = p.feed_all(tuple(lines))
+    errors = [r for r in got if isinstance(r, Event) and r.kind is EventKind.PARSE_ERROR]
+    assert len(errors) == 1 and "internal error (RuntimeError: a defect)" in errors[0].detail
+    assert [r for r in got if r not in errors] == want
+    assert p.state() == clean.state()
