@@ -555,6 +555,8 @@ static int take_interval(Sums *s, const Ctx *c, PyObject *iv) {
     return 1;
 }
 
+static int empty_str(PyObject *o) { return PyUnicode_CheckExact(o) && PyUnicode_GET_LENGTH(o) == 0; }
+
 /* Accounting._event(ev) of a STARTED event: 1 done, 0 hand back, -1 error */
 static int take_started(Sums *s, const Ctx *c, PyObject *ev) {
     PyObject **f = &PyTuple_GET_ITEM(ev, 0);
@@ -658,18 +660,20 @@ static PyObject *add_all(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         }
         if (i + AHEAD < n_now) {
             PyObject *next = items[i + AHEAD];
-            if (Py_TYPE(next) == (PyTypeObject *)interval_type && PyTuple_GET_SIZE(next) == 11)
+            if (Py_TYPE(next) == (PyTypeObject *)interval_type && PyTuple_GET_SIZE(next) == 13)
                 for (int f = 1; f < 10; f++) __builtin_prefetch(PyTuple_GET_ITEM(next, f));
-            else if (Py_TYPE(next) == (PyTypeObject *)event_type && PyTuple_GET_SIZE(next) == 7)
+            else if (Py_TYPE(next) == (PyTypeObject *)event_type && PyTuple_GET_SIZE(next) == 8)
                 for (int f = 1; f < 6; f += f == 1 ? 3 : 1)
                     __builtin_prefetch(PyTuple_GET_ITEM(next, f));
         }
         PyTypeObject *type = Py_TYPE(rec);
         Py_INCREF(rec);
-        if (type == (PyTypeObject *)interval_type && PyTuple_GET_SIZE(rec) == 11)
+        /* a timed request of no model instance, a launch of none: the rest is Python's */
+        if (type == (PyTypeObject *)interval_type && PyTuple_GET_SIZE(rec) == 13 &&
+            empty_str(PyTuple_GET_ITEM(rec, 11)) && empty_str(PyTuple_GET_ITEM(rec, 12)))
             r = take_interval(&s, &c, rec);
-        else if (type == (PyTypeObject *)event_type && PyTuple_GET_SIZE(rec) == 7 &&
-                 PyTuple_GET_ITEM(rec, 2) == started)
+        else if (type == (PyTypeObject *)event_type && PyTuple_GET_SIZE(rec) == 8 &&
+                 PyTuple_GET_ITEM(rec, 2) == started && empty_str(PyTuple_GET_ITEM(rec, 7)))
             r = take_started(&s, &c, rec);
         else
             r = 0;
@@ -762,7 +766,7 @@ static PyObject *list_of(const long long *v, Py_ssize_t n) {
 
 #define MAX_KINDS 24 /* 1 << MAX_KINDS mixes: Accounting lists every one of them */
 
-/* sweep(pending, lo, hi, n_nodes, n_kinds) -> (keep, conc, mix, busy) | None */
+/* sweep(pending, lo, hi, n_nodes, n_kinds) -> (keep, conc, mix, busy, slot_busy) | None */
 static PyObject *sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyList_CheckExact(args[0])) {
         PyErr_SetString(PyExc_TypeError, "sweep(pending: list, lo, hi, n_nodes, n_kinds)");
@@ -779,7 +783,7 @@ static PyObject *sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         Py_RETURN_NONE;
     Py_ssize_t n = PyList_GET_SIZE(pending), n_masks = (Py_ssize_t)1 << n_kinds;
     Ev *ev = malloc(sizeof(Ev) * (size_t)(2 * n + 1)); /* the ends, then (from ev + n) starts */
-    long long *acc = calloc((size_t)(3 * n_nodes + n_kinds + n_nodes + 1 + n_masks + 1),
+    long long *acc = calloc((size_t)(3 * n_nodes + n_kinds + n_nodes + 1 + n_masks + n_nodes + 1),
                             sizeof(long long));
     PyObject *keep = PyList_New(0), *out = NULL;
     if (ev == NULL || acc == NULL || keep == NULL) {
@@ -788,7 +792,7 @@ static PyObject *sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     }
     long long *node_count = acc, *node_since = acc + n_nodes, *node_busy = acc + 2 * n_nodes;
     long long *kind_count = acc + 3 * n_nodes, *conc = kind_count + n_kinds;
-    long long *mix = conc + n_nodes + 1;
+    long long *mix = conc + n_nodes + 1, *slot_busy = mix + n_masks, d;
     /* the intervals: each one's start and end in this window */
     Py_ssize_t n_ends = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -804,12 +808,16 @@ static PyObject *sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         if (!PyTuple_CheckExact(p) || PyTuple_GET_SIZE(p) != 4 ||
             !as_i64(PyTuple_GET_ITEM(p, 0), &s) || !as_i64(PyTuple_GET_ITEM(p, 1), &e) ||
             !as_i64(PyTuple_GET_ITEM(p, 2), &node) || !as_i64(PyTuple_GET_ITEM(p, 3), &bit) ||
-            node < 0 || node >= n_nodes || bit <= 0 || bit >= ((long long)1 << n_kinds) ||
+            node < 0 || node >= n_nodes || bit < 0 || bit >= ((long long)1 << n_kinds) ||
             (bit & (bit - 1)))
             goto fallback;
         if (s < hi) {
+            /* (bit 0: an occupancy of no kind, busy but in no mix) */
             Ev x = {.t = e < hi ? e : hi, .node = (int32_t)node,
-                    .kind = __builtin_ctzll((unsigned long long)bit)};
+                    .kind = bit ? __builtin_ctzll((unsigned long long)bit) : -1};
+            if (__builtin_sub_overflow(x.t, s, &d) || d < 0 ||
+                !add_ok(slot_busy[node], d, &slot_busy[node]))
+                goto fallback;
             ev[n_ends] = x;
             x.t = s;
             ev[n + n_ends++] = x;
@@ -837,7 +845,7 @@ static PyObject *sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
      * among ends or starts at one time, any order: nothing between them depends on it, as
      * long as no count goes below 0) */
     int busy_nodes = 0;
-    long long mask = 0, t_prev = lo, d;
+    long long mask = 0, t_prev = lo;
     for (Py_ssize_t i_end = 0, i_start = 0; i_end < n_ends;) {
         int is_end = i_start == n_ends || ends[i_end].t <= starts[i_start].t;
         Ev x = is_end ? ends[i_end++] : starts[i_start++];
@@ -848,20 +856,20 @@ static PyObject *sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
                 goto fallback;
             t_prev = x.t;
         }
-        long long bit = (long long)1 << x.kind;
+        long long bit = x.kind >= 0 ? (long long)1 << x.kind : 0;
         if (!is_end) {
             if (node_count[x.node]++ == 0) busy_nodes++, node_since[x.node] = x.t;
-            if (kind_count[x.kind]++ == 0) mask |= bit;
+            if (bit && kind_count[x.kind]++ == 0) mask |= bit;
         } else {
             /* a count below 0 (an interval that ends before it starts): Python's to sweep */
-            if (--node_count[x.node] < 0 || --kind_count[x.kind] < 0) goto fallback;
+            if (--node_count[x.node] < 0 || (bit && --kind_count[x.kind] < 0)) goto fallback;
             if (node_count[x.node] == 0) {
                 busy_nodes--;
                 if (__builtin_sub_overflow(x.t, node_since[x.node], &d) ||
                     !add_ok(node_busy[x.node], d, &node_busy[x.node]))
                     goto fallback;
             }
-            if (kind_count[x.kind] == 0) mask &= ~bit;
+            if (bit && kind_count[x.kind] == 0) mask &= ~bit;
         }
     }
     if (__builtin_sub_overflow(hi, t_prev, &d) || !add_ok(conc[0], d, &conc[0]) ||
@@ -869,9 +877,10 @@ static PyObject *sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         goto fallback;
     {
         PyObject *c = list_of(conc, n_nodes + 1), *x = list_of(mix, n_masks);
-        PyObject *b = list_of(node_busy, n_nodes);
-        if (c != NULL && x != NULL && b != NULL) out = PyTuple_Pack(4, keep, c, x, b);
-        Py_XDECREF(c), Py_XDECREF(x), Py_XDECREF(b);
+        PyObject *b = list_of(node_busy, n_nodes), *sb = list_of(slot_busy, n_nodes);
+        if (c != NULL && x != NULL && b != NULL && sb != NULL)
+            out = PyTuple_Pack(5, keep, c, x, b, sb);
+        Py_XDECREF(c), Py_XDECREF(x), Py_XDECREF(b), Py_XDECREF(sb);
     }
     goto done;
 fallback:
@@ -892,7 +901,8 @@ static PyMethodDef methods[] = {
      "recs[start:] for as long as they are intervals and STARTED events it can take exactly;\n"
      "the index of the first record it leaves to Python (len(recs) when none)."},
     {"sweep", (PyCFunction)(void (*)(void))sweep, METH_FASTCALL,
-     "sweep(pending, lo, hi, n_nodes, n_kinds) -> (keep, concurrency, mix_by_mask, busy) or\n"
+     "sweep(pending, lo, hi, n_nodes, n_kinds) -> (keep, concurrency, mix_by_mask, busy,\n"
+     "slot_busy) or\n"
      "None: what Accounting.advance_to_reference(hi) from watermark lo keeps pending and adds\n"
      "to the timeline figures; None to leave it to Python. Changes nothing."},
     {NULL, NULL, 0, NULL},

@@ -1021,8 +1021,10 @@ static int bytes_token(const char *s, Py_ssize_t n, Tok *t) {
 /* read_token on ASCII text s[0:n]. */
 static int ascii_token(const char *s, Py_ssize_t n, Tok *t) {
     Cursor c = {s, n, 0};
-    /* an optional log prefix of digits, dots, spaces and level letters (`50.10.605.993 I `) */
+    /* an optional log prefix of digits, dots, spaces and level letters (`50.10.605.993 I `,
+     * or the wall clock's `2025-11-15 14:23:35.060 I `) */
     while (c.i < c.n && (is_digit(c.s[c.i]) || c.s[c.i] == '.' || c.s[c.i] == ' ' ||
+                         c.s[c.i] == '-' || c.s[c.i] == ':' ||
                          (c.s[c.i] >= 'A' && c.s[c.i] <= 'Z')))
         c.i++;
     if (!lit(&c, "slot") || spaces(&c) == 0) return 0;
@@ -1059,7 +1061,14 @@ static int ascii_token(const char *s, Py_ssize_t n, Tok *t) {
     }
     if (contains(rest, rest_n, "time")) return 0;
     if (name == LAUNCH) {
-        if (contains(rest, rest_n, "processing task")) return t->kind = LAUNCH, 1;
+        if (contains(rest, rest_n, "processing task")) {
+            /* an n_cmpl child (`is_child = 1`) is the reference's */
+            for (Py_ssize_t k = 0; k + 11 <= rest_n; k++)
+                if (memcmp(rest + k, "is_child = ", 11) == 0)
+                    for (Py_ssize_t j = k + 11; j < rest_n && is_digit(rest[j]); j++)
+                        if (rest[j] != '0') return 0;
+            return t->kind = LAUNCH, 1;
+        }
         if (contains(rest, rest_n, "stop processing")) return 0;
         return t->kind = OTHER, 1;
     }
@@ -1236,7 +1245,7 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
             Py_XDECREF(slot), Py_XDECREF(task);
             return -1;
         }
-        PyObject *items[11] = {
+        PyObject *items[13] = {
             Py_NewRef(node),
             PyLong_FromLongLong(end - t->us), /* end in range, us <= a week: no overflow */
             time != NULL ? Py_NewRef(time) : PyLong_FromLongLong(end),
@@ -1248,8 +1257,10 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
             slot,
             task,
             Py_NewRef(pid),
+            Py_NewRef(types[2]), /* reason: a timed request */
+            Py_NewRef(types[2]), /* model: none */
         };
-        PyObject *iv = record((PyTypeObject *)types[0], items, 11);
+        PyObject *iv = record((PyTypeObject *)types[0], items, 13);
         if (iv == NULL) return -1;
         bad = PyList_Append(out, iv);
         Py_DECREF(iv);
@@ -1268,11 +1279,12 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
             Py_XDECREF(at);
             return -1;
         }
-        PyObject *items[7] = {
+        PyObject *items[8] = {
             Py_NewRef(node), at, Py_NewRef(types[1]), Py_NewRef(pid),
             PyLong_FromLongLong(t->slot), PyLong_FromLongLong(t->task), Py_NewRef(types[2]),
+            Py_NewRef(types[2]),
         };
-        PyObject *ev = record((PyTypeObject *)types[3], items, 7);
+        PyObject *ev = record((PyTypeObject *)types[3], items, 8);
         if (ev == NULL) return -1;
         bad = PyList_Append(out, ev);
         Py_DECREF(ev);

@@ -33,10 +33,15 @@ CAUGHT_UP_SLACK_US = 2 * SECOND  # node clocks and poll/SSH delays
 # A node's journal time further ahead of the exporter's now than this is clock skew (a node's
 # clock, or a corrupted entry), shown as such.
 CLOCK_ALLOWANCE_US = 5 * SECOND
-# seconds: the seed's 2-15 s reconcile and 20-60 s extraction calls, up to max_request_seconds
-DEFAULT_BUCKETS_S = tuple(map(float, (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)))
+# seconds: from a fast node's 50 ms (a real 3-slot run's requests all took under a second),
+# through the seed's 2-15 s reconcile and 20-60 s extraction calls, to half an hour
+DEFAULT_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0)
+DEFAULT_BUCKETS_S += (60.0, 120.0, 300.0, 600.0, 1800.0)
+# Why a slot was occupied without a timing block (Interval.reason), as the parser says.
+REASONS = ("cancelled", "error", "untimed", "lost")
 KIND_CACHE_TOKENS = 1 << 16  # the compiled add_all remembers the kind of fewer tokens than this
 KIND_OF_MAX = 1 << 14  # token counts whose kind is remembered (then forgotten all at once)
+MAX_MODELS = 64  # model instances counted per node (a router serves a few)
 
 
 @dataclass(slots=True)
@@ -75,11 +80,19 @@ class NodeState:
     caught_up: bool = False
     down_since_us: int | None = None
     start_lines: bool = False  # this llama-server logs launch lines
-    in_flight: dict[tuple[int, int], int] = field(default_factory=dict)  # (slot, task) -> start
+    # (slot, task) -> start; (slot, task, model) for a model instance's in router mode
+    in_flight: dict[tuple[int, int] | tuple[int, int, str], int] = field(default_factory=dict)
     busy_us: int = 0
+    slot_busy_us: int = 0
     last_end_us: int | None = None
     entries: int = 0
-    cancelled: int = 0
+    # occupancies without a timing block by reason: [count, microseconds]
+    untimed: dict[str, list[int]] = field(
+        default_factory=lambda: {reason: [0, 0] for reason in REASONS}
+    )
+    slots: int | None = None  # what the server said it has
+    server_up: int | None = None  # its llama-server runs (1) or not (0); None: not known
+    models: dict[str, list[int]] = field(default_factory=dict)  # [requests, us, tokens]
     aborted: int = 0
     restarts: int = 0
     parse_errors: int = 0
@@ -96,6 +109,7 @@ class NodeSnapshot:
     name: str
     kinds: dict[str, KindCounters]
     busy_us: int
+    slot_busy_us: int
     in_flight: int
     oldest_in_flight_us: int | None
     last_end_us: int | None
@@ -103,7 +117,10 @@ class NodeSnapshot:
     lag_us: int
     clock_skew_us: int
     entries: int
-    cancelled: int
+    untimed: dict[str, tuple[int, int]]  # reason -> (count, microseconds)
+    slots: int | None
+    server_up: int | None
+    models: dict[str, tuple[int, int, int]]  # model -> (requests, microseconds, tokens)
     aborted: int
     restarts: int
     parse_errors: int
@@ -128,7 +145,7 @@ class Snapshot:
         return sum(1 for n in self.nodes if n.in_flight)
 
 
-_STARTED, _CANCELLED = EventKind.STARTED, EventKind.CANCELLED  # (member lookups are slow)
+_STARTED = EventKind.STARTED  # (member lookups are slow)
 
 
 class Accounting:
@@ -296,8 +313,27 @@ class Accounting:
         self.nodes[node].gaps += 1
 
     def _interval(self, iv: Interval, count: bool) -> None:
-        node, start_us, end_us, tokens, p_tokens, g_tokens, p_us, g_us, slot, task, _ = iv
+        (
+            node,
+            start_us,
+            end_us,
+            tokens,
+            p_tokens,
+            g_tokens,
+            p_us,
+            g_us,
+            slot,
+            task,
+            _,
+            why,
+            model,
+        ) = iv
         ns = self.nodes[node]
+        if why:
+            self._untimed(ns, iv, count)
+            return
+        if model:
+            self._model(ns, iv, count)
         kind = self._kind_of.get(tokens)
         if kind is None:  # a token count not seen before: the rules decide once
             if len(self._kind_of) >= KIND_OF_MAX:  # (bounded: it only saves a lookup)
@@ -333,24 +369,63 @@ class Accounting:
         if end_us > start:
             self._pending.append((start, end_us, self._node_index[node], self._kind_bit[kind]))
 
+    def _untimed(self, ns: NodeState, iv: Interval, count: bool) -> None:
+        """An occupancy without a timing block: busy (and slot and concurrency) time of no
+        kind, counted by its reason."""
+        start_us, end_us = iv.start_us, iv.end_us
+        if iv.slot is not None and iv.task is not None and ns.in_flight:
+            key = (iv.slot, iv.task, iv.model) if iv.model else (iv.slot, iv.task)
+            ns.in_flight.pop(key, None)
+        start = max(start_us, self.origin_us)
+        late = start < self.watermark_us
+        if late:
+            start = self.watermark_us
+        if count:
+            figures = ns.untimed.get(iv.reason) or ns.untimed["untimed"]
+            figures[0] += 1
+            figures[1] += end_us - start_us
+            if ns.last_end_us is None or end_us > ns.last_end_us:
+                ns.last_end_us = end_us
+            ns.late += late
+        if end_us > start:
+            self._pending.append((start, end_us, self._node_index[iv.node], 0))
+
+    def _model(self, ns: NodeState, iv: Interval, count: bool) -> None:
+        """A timed request of a model instance (router mode): its own figures too."""
+        if iv.slot is not None and iv.task is not None and ns.in_flight:
+            ns.in_flight.pop((iv.slot, iv.task, iv.model), None)
+        if count:
+            figures = ns.models.get(iv.model)
+            if figures is None:
+                if len(ns.models) >= MAX_MODELS:
+                    return
+                figures = ns.models[iv.model] = [0, 0, 0]
+            figures[0] += 1
+            figures[1] += iv.end_us - iv.start_us
+            figures[2] += iv.tokens or 0
+
     def _event(self, ev: Event) -> None:
-        node, time_us, kind, _, slot, task, _ = ev
+        node, time_us, kind, _, slot, task, _, model = ev
         ns = self.nodes[node]
+        key: tuple[int, int] | tuple[int, int, str] | None = None
+        if slot is not None and task is not None:  # (a model instance's have its name)
+            key = (slot, task, model) if model else (slot, task)
         if kind is _STARTED:
-            if slot is not None and task is not None:
+            if key is not None:
                 ns.start_lines = True
-                ns.in_flight[(slot, task)] = time_us
-        elif kind is _CANCELLED:
-            if slot is not None and task is not None:
-                ns.in_flight.pop((slot, task), None)
-                ns.cancelled += 1
-        elif kind is EventKind.LOST:  # (the parser saw its slot taken)
-            if slot is not None and task is not None:
-                ns.in_flight.pop((slot, task), None)
+                ns.in_flight[key] = time_us
+        elif kind is EventKind.LOST:  # (the parser saw its slot taken: its end never came)
+            if key is not None:
+                ns.in_flight.pop(key, None)
+            ns.untimed["lost"][0] += 1
         elif kind is EventKind.ABORTED:  # in flight when its server exited
-            if slot is not None and task is not None:
-                ns.in_flight.pop((slot, task), None)
+            if key is not None:
+                ns.in_flight.pop(key, None)
             ns.aborted += 1
+        elif kind is EventKind.SLOTS:
+            ns.slots = slot
+        elif kind is EventKind.SERVER_UP or kind is EventKind.SERVER_DOWN:
+            ns.server_up = 1 if kind is EventKind.SERVER_UP else 0
         elif kind is EventKind.RESTART:  # (the old server's requests end when it has gone)
             ns.restarts += 1
             ns.start_lines = False
@@ -394,13 +469,13 @@ class Accounting:
                 self._pending, lo, until_us, len(self.node_names), len(self._kind_bit)
             )
             if swept is not None:
-                self._pending, conc_us, mix_by_mask, node_busy = swept
+                self._pending, conc_us, mix_by_mask, node_busy, slot_busy = swept
                 self.watermark_us = until_us
                 conc = self.concurrency_us
                 for k, us in enumerate(conc_us):
                     if us:
                         conc[k] += us
-                self._add_swept(mix_by_mask, node_busy)
+                self._add_swept(mix_by_mask, node_busy, slot_busy)
                 return
         self.advance_to_reference(until_us)
 
@@ -411,18 +486,22 @@ class Accounting:
             return
         events: list[tuple[int, int, int, int]] = []
         keep: list[tuple[int, int, int, int]] = []
+        slot_busy = [0] * len(self.node_names)  # (each occupancy's time: the slots' sum)
         for p in self._pending:
             s, e, n, bit = p
             if s < until_us:
                 events.append((s, 1, n, bit))
                 events.append((min(e, until_us), -1, n, bit))
+                slot_busy[n] += min(e, until_us) - s
             if e > until_us:
                 keep.append((until_us if s < until_us else s, e, n, bit))
         self._pending = keep
         self.watermark_us = until_us
-        self._sweep(lo, until_us, events)
+        self._sweep(lo, until_us, events, slot_busy)
 
-    def _sweep(self, lo: int, hi: int, events: list[tuple[int, int, int, int]]) -> None:
+    def _sweep(
+        self, lo: int, hi: int, events: list[tuple[int, int, int, int]], slot_busy: list[int]
+    ) -> None:
         events.sort()
         n_nodes = len(self.node_names)
         node_count = [0] * n_nodes
@@ -444,6 +523,8 @@ class Accounting:
                     busy_nodes += 1
                     node_since[n] = t
                 node_count[n] += 1
+                if not bit:  # (an occupancy without timing: busy, of no kind)
+                    continue
                 if kind_count[bit] == 0:
                     mask |= bit
                 kind_count[bit] += 1
@@ -452,21 +533,27 @@ class Accounting:
                 if node_count[n] == 0:
                     busy_nodes -= 1
                     node_busy[n] += t - node_since[n]
+                if not bit:
+                    continue
                 kind_count[bit] -= 1
                 if kind_count[bit] == 0:
                     mask &= ~bit
         conc[0] += hi - t_prev
         mix_by_mask[0] += hi - t_prev
-        self._add_swept(mix_by_mask, node_busy)
+        self._add_swept(mix_by_mask, node_busy, slot_busy)
 
-    def _add_swept(self, mix_by_mask: Sequence[int], node_busy: Sequence[int]) -> None:
+    def _add_swept(
+        self, mix_by_mask: Sequence[int], node_busy: Sequence[int], slot_busy: Sequence[int]
+    ) -> None:
         """Add what a sweep found to the mix and busy figures."""
         mix = self.mix_us
         for m, label in enumerate(self._mix_by_mask):
             if mix_by_mask[m]:
                 mix[label] += mix_by_mask[m]
         for i, name in enumerate(self.node_names):
-            self.nodes[name].busy_us += node_busy[i]
+            ns = self.nodes[name]
+            ns.busy_us += node_busy[i]
+            ns.slot_busy_us += slot_busy[i]
 
     # -- output -----------------------------------------------------------------------------
 
@@ -478,6 +565,7 @@ class Accounting:
                 name=name,
                 kinds={k: self._copy(name, k, c) for k, c in ns.kinds.items()},
                 busy_us=ns.busy_us,
+                slot_busy_us=ns.slot_busy_us,
                 in_flight=len(ns.in_flight),
                 oldest_in_flight_us=min(ns.in_flight.values()) if ns.in_flight else None,
                 last_end_us=ns.last_end_us,
@@ -485,7 +573,10 @@ class Accounting:
                 lag_us=ns.lag_us,
                 clock_skew_us=ns.clock_skew_us,
                 entries=ns.entries,
-                cancelled=ns.cancelled,
+                untimed={r: (n, us) for r, (n, us) in ns.untimed.items()},
+                slots=ns.slots,
+                server_up=ns.server_up,
+                models={m: (n, us, t) for m, (n, us, t) in ns.models.items()},
                 aborted=ns.aborted,
                 restarts=ns.restarts,
                 parse_errors=ns.parse_errors,
@@ -524,9 +615,9 @@ def _mix_labels_by_mask(sorted_kinds: Sequence[str]) -> list[str]:
 _NODE_COUNTERS = (
     "newest_us",
     "busy_us",
+    "slot_busy_us",
     "last_end_us",
     "entries",
-    "cancelled",
     "aborted",
     "restarts",
     "parse_errors",
@@ -553,6 +644,7 @@ def state_of(acc: Accounting) -> dict[str, Any]:
     """Every number `acc` holds (not what its sources are doing now), as JSON-ready values,
     fresh: nothing in them changes with `acc` after (they may be encoded in another thread)."""
     kinds_by_bit = {1 << i: k for i, k in enumerate(sorted(acc.kind_names))}
+    kinds_by_bit[0] = ""  # (an occupancy without timing)
     return {
         "origin_us": acc.origin_us,
         "watermark_us": acc.watermark_us,
@@ -565,7 +657,11 @@ def state_of(acc: Accounting) -> dict[str, Any]:
             name: {
                 **dict(zip(_NODE_COUNTERS, _node_counters(ns), strict=True)),
                 "start_lines": ns.start_lines,
-                "in_flight": [[slot, task, t] for (slot, task), t in ns.in_flight.items()],
+                "in_flight": [[*key, t] for key, t in ns.in_flight.items()],
+                "untimed": {r: list(v) for r, v in ns.untimed.items()},
+                "slots": ns.slots,
+                "server_up": ns.server_up,
+                "models": {m: list(v) for m, v in ns.models.items()},
                 "kinds": {
                     k: [*_kind_counters(c), list(c.buckets), c.histogram_us]
                     for k, c in ns.kinds.items()
@@ -607,6 +703,8 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
             notes.append(f"node {name} is no longer configured: its counters are dropped")
             continue
         for f in _NODE_COUNTERS:
+            if f == "slot_busy_us" and f not in saved:  # (a checkpoint from before slots)
+                continue
             value = saved[f]
             # only last_end_us may be None (no request yet): int(None) refuses the rest
             if value is None and f == "last_end_us":
@@ -616,10 +714,24 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
             else:
                 setattr(ns, f, _count(value, f"nodes.{name}.{f}"))
         ns.start_lines = bool(saved["start_lines"])
-        ns.in_flight = {
-            (int(s), int(t)): _time(at, f"nodes.{name}.in_flight")
-            for s, t, at in saved["in_flight"]
-        }
+        ns.in_flight = {}
+        for s, t, *rest in saved["in_flight"]:
+            *model, at = rest
+            key = (int(s), int(t), str(model[0])) if model else (int(s), int(t))
+            ns.in_flight[key] = _time(at, f"nodes.{name}.in_flight")
+        if "cancelled" in saved:  # (a checkpoint from before the reasons: its cancels)
+            ns.untimed["cancelled"][0] = _count(saved["cancelled"], f"nodes.{name}.cancelled")
+        for reason, (n, us) in saved.get("untimed", {}).items():
+            if reason in ns.untimed:
+                ns.untimed[reason] = [
+                    _count(n, f"nodes.{name}.untimed"),
+                    _count(us, f"nodes.{name}.untimed"),
+                ]
+        slots, up = saved.get("slots"), saved.get("server_up")
+        ns.slots = None if slots is None else _count(slots, f"nodes.{name}.slots")
+        ns.server_up = None if up is None else int(bool(_count(up, f"nodes.{name}.server_up")))
+        for model, values in list(saved.get("models", {}).items())[:MAX_MODELS]:
+            ns.models[str(model)] = [_count(v, f"nodes.{name}.models") for v in values[:3]]
         if same_kinds:
             for k, values in saved["kinds"].items():
                 c = ns.kinds[k]
@@ -636,7 +748,7 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
     catch_all = acc.kinds.classify(None)
     for s, e, name, kind in state["pending"]:
         if name in acc.nodes:
-            bit = 1 << acc._kind_index.get(kind, acc._kind_index[catch_all])
+            bit = 0 if kind == "" else 1 << acc._kind_index.get(kind, acc._kind_index[catch_all])
             start, end = _time(s, "pending"), _time(e, "pending")
             acc._pending.append((start, end, acc._node_index[name], bit))
     return notes

@@ -31,7 +31,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from exporter.accounting import SECOND, KindCounters, NodeSnapshot, Snapshot
+from exporter.accounting import REASONS, SECOND, KindCounters, NodeSnapshot, Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 GZIP_LEVEL = 1  # a scrape may wait for it: 2.5 times quicker than level 5, 15% bigger
@@ -53,12 +53,17 @@ _PER_KIND: tuple[tuple[str, str, str], ...] = (
 )
 # (name, help, value of one node)
 _PER_NODE_COUNTERS: tuple[tuple[str, str, str], ...] = (
-    ("smllm_requests_cancelled", "Requests started and stopped, never timed.", "cancelled"),
     (
         "smllm_node_busy_seconds",
-        "Length of the union of the node's request intervals, "
+        "Length of the union of the node's slot occupancies (timed or not), "
         "accounted up to the watermark; its rate is the busy share.",
         "busy_us",
+    ),
+    (
+        "smllm_slot_busy_seconds",
+        "Sum over the node's slots of their occupied seconds, accounted up to the watermark; "
+        "its rate over smllm_node_slots is slot utilisation.",
+        "slot_busy_us",
     ),
     (
         "smllm_requests_aborted",
@@ -100,6 +105,32 @@ _PER_NODE_GAUGES: tuple[tuple[str, str], ...] = (
         "How far ahead of the exporter's clock the newest entry read was stamped, beyond a "
         "5 s allowance; 0 when in line. Such times never move the watermark past now.",
     ),
+    ("smllm_node_slots", "Slots the node's llama-server has (its start-up line)."),
+    (
+        "smllm_server_up",
+        "1 while the node's llama-server runs, 0 after a stop, exit or failure "
+        "(its start-up lines and systemd's lines for the unit).",
+    ),
+)
+# (name, help, index in NodeSnapshot.untimed's (count, microseconds)) by node and reason
+_PER_REASON: tuple[tuple[str, str, int], ...] = (
+    (
+        "smllm_requests_untimed",
+        "Slot occupancies that ended without a timing block, by reason (cancelled, error, "
+        "untimed: embeddings and rerank, lost: its end never came).",
+        0,
+    ),
+    (
+        "smllm_untimed_request_seconds",
+        "Seconds of slot occupancies without a timing block, launch to release, by reason.",
+        1,
+    ),
+)
+# (name, help, index in NodeSnapshot.models' (requests, microseconds, tokens)) by node, model
+_PER_MODEL: tuple[tuple[str, str, int], ...] = (
+    ("smllm_model_requests", "Completed requests of a model instance (router mode).", 0),
+    ("smllm_model_request_seconds", "Sum of a model instance's request durations.", 1),
+    ("smllm_model_tokens", "Tokens of a model instance's requests.", 2),
 )
 _GAUGE_DOC = dict(_PER_NODE_GAUGES)
 _NODES_BUSY = "Nodes with a request in flight now."
@@ -138,6 +169,19 @@ class SnapshotCollector(Collector):
             for n in nodes:
                 v = getattr(n, attr)
                 fam.add_metric([n.name], _s(v) if attr.endswith("_us") else v)
+            yield fam
+        for name, doc, i in _PER_REASON:
+            fam = CounterMetricFamily(name, doc, labels=["node", "reason"])
+            for n in nodes:
+                for reason in REASONS:
+                    v = n.untimed[reason][i]
+                    fam.add_metric([n.name, reason], _s(v) if i else v)
+            yield fam
+        for name, doc, i in _PER_MODEL:
+            fam = CounterMetricFamily(name, doc, labels=["model", "node"])
+            for n in nodes:
+                for model, values in n.models.items():
+                    fam.add_metric([model, n.name], _s(values[i]) if i == 1 else values[i])
             yield fam
         yield from self._gauges(snap)
         conc = CounterMetricFamily("smllm_concurrency_seconds", _CONCURRENCY, labels=["nodes_busy"])
@@ -196,6 +240,8 @@ class SnapshotCollector(Collector):
         yield per_node("smllm_source_up", [(n, 1 if n.up else 0) for n in nodes])
         yield per_node("smllm_source_lag_seconds", [(n, _s(n.lag_us)) for n in nodes])
         yield per_node("smllm_source_clock_skew_seconds", [(n, _s(n.clock_skew_us)) for n in nodes])
+        yield per_node("smllm_node_slots", [(n, n.slots) for n in nodes])
+        yield per_node("smllm_server_up", [(n, n.server_up) for n in nodes])
 
 
 def _le(us: int) -> str:
@@ -388,6 +434,18 @@ class _Layout:
             name: (_header(name, doc, "gauge"), [f'{name}{{node="{n}"}} ' for n in names])
             for name, doc in _PER_NODE_GAUGES
         }
+        self.per_reason = [
+            (
+                _header(f"{name}_total", doc, "counter"),
+                i,
+                [f'{name}_total{{node="{n}",reason="{r}"}} ' for n in names for r in REASONS],
+            )
+            for name, doc, i in _PER_REASON
+        ]
+        self.per_model = [
+            (_header(f"{name}_total", doc, "counter"), f"{name}_total", i)
+            for name, doc, i in _PER_MODEL
+        ]
         self.nodes_busy = _header("smllm_nodes_busy", _NODES_BUSY, "gauge") + "smllm_nodes_busy "
         w = "smllm_accounted_until_timestamp_seconds"
         self.watermark = _header(w, _WATERMARK, "gauge") + f"{w} "
@@ -431,6 +489,28 @@ class _Layout:
             add(header)
             values = [get(n) / SECOND for n in nodes] if scale else [get(n) for n in nodes]
             extend(self._column(header, prefixes, values))
+        for header, i, prefixes in self.per_reason:
+            add(header)
+            extend(
+                self._column(
+                    header,
+                    prefixes,
+                    [
+                        n.untimed[r][i] / SECOND if i else n.untimed[r][i]
+                        for n in nodes
+                        for r in REASONS
+                    ],
+                )
+            )
+        for header, name, i in self.per_model:  # (router mode: few, and rendered each time)
+            add(header)
+            for n in nodes:
+                node = _esc(n.name)
+                extend(
+                    f'{name}{{model="{_esc(m)}",node="{node}"}} '
+                    f"{_go(v[i] / SECOND if i == 1 else v[i])}\n"
+                    for m, v in n.models.items()
+                )
         self._gauge(out, "smllm_node_requests_in_flight", [n.in_flight for n in nodes])
         self._gauge(out, "smllm_node_busy", [1 if n.in_flight else 0 for n in nodes])
         add(f"{self.nodes_busy}{_go(snap.nodes_busy)}\n")
@@ -453,6 +533,8 @@ class _Layout:
         self._gauge(
             out, "smllm_source_clock_skew_seconds", [n.clock_skew_us / SECOND for n in nodes]
         )
+        self._gauge(out, "smllm_node_slots", [n.slots for n in nodes])
+        self._gauge(out, "smllm_server_up", [n.server_up for n in nodes])
         add(self.concurrency)
         extend(
             [

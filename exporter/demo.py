@@ -2,7 +2,9 @@
 
 The seed's workload: extraction calls of 600-1,000 tokens taking 20-60 s, reconcile calls under
 600 tokens taking 2-15 s, one request at a time per node, each with its launch line, its era D
-timing block and its release line; the last node sometimes sits idle for minutes.
+timing block and its release line; the last node sometimes sits idle for minutes. Each node's
+llama-server logs its start-up line (one slot) first, and between requests now and then an
+embedding (launch, release) or a request the client cancelled (launch, cancel line, release).
 """
 
 from __future__ import annotations
@@ -37,14 +39,23 @@ class DemoLine:
 def node_lines(node: str, seed: int, start_us: int, end_us: int) -> Iterator[DemoLine]:
     """Journal lines of one node's requests that end in [start_us, end_us), in journal order."""
     rng = random.Random(f"{seed}:{node}")
+    untimed = random.Random(f"{seed}:{node}:untimed")  # (the timed workload stays as it was)
     pid = 4000 + rng.randrange(1000)
     idle_prone = node == NODES[-1]
     t = start_us + rng.randrange(5 * SECOND)
     task = rng.randrange(100, 5000)
+    yield DemoLine(
+        start_us,
+        pid,
+        "srv    load_model: initializing, n_slots = 1, n_ctx_slot = 4096, kv_unified = 'false'",
+    )
     while True:
         if idle_prone and rng.random() < 0.02:
             t += rng.randrange(120, 600) * SECOND  # the node sits idle for minutes
-        t += rng.randrange(200_000, 5 * SECOND)
+        gap = rng.randrange(200_000, 5 * SECOND)
+        if gap > 2 * SECOND and untimed.random() < 0.15:
+            yield from _untimed(untimed, pid, task + 10_000, t + 100_000, t + gap - 100_000)
+        t += gap
         if rng.random() < 0.45:
             prompt, generated = rng.randrange(560, 940), rng.randrange(40, 120)
             total_ms = rng.randrange(20_000_00, 60_000_00) / 100
@@ -90,6 +101,22 @@ def node_lines(node: str, seed: int, start_us: int, end_us: int) -> Iterator[Dem
         )
         t = end
         task += 1 + rng.randrange(3)
+
+
+def _untimed(
+    rng: random.Random, pid: int, task: int, start_us: int, end_us: int
+) -> Iterator[DemoLine]:
+    """An embedding, or now and then a request its client cancelled, on the node's slot."""
+    launch = start_us + rng.randrange(max(1, (end_us - start_us) // 2))
+    release = min(end_us, launch + rng.randrange(30_000, 900_000))
+    yield DemoLine(launch, pid, f"slot launch_slot_: id  0 | task {task} | processing task")
+    if rng.random() < 0.3:
+        yield DemoLine(release - 20, pid, f"srv          stop: cancel task, id_task = {task}")
+    yield DemoLine(
+        release,
+        pid,
+        f"slot      release: id  0 | task {task} | stop processing: n_tokens = 12, truncated = 0",
+    )
 
 
 def short_iso(node: str, line: DemoLine) -> str:

@@ -25,7 +25,10 @@ class LogLine(NamedTuple):
 
 
 class Interval(NamedTuple):
-    """One finished request: busy on `node` during [start_us, end_us]."""
+    """One slot occupancy: busy on `node` during [start_us, end_us]. A timed request (its
+    timing block gave the end and the duration) has no `reason`; one released without timing
+    spans its launch line to its release line, and `reason` says what it was (`cancelled`,
+    `error`, `untimed`: see parse.REASONS)."""
 
     node: str
     start_us: int
@@ -38,6 +41,8 @@ class Interval(NamedTuple):
     slot: int | None = None
     task: int | None = None
     pid: int = 0
+    reason: str = ""  # "" for a timed request
+    model: str = ""  # the model instance that served it, in router mode
 
     @property
     def duration_us(self) -> int:
@@ -46,11 +51,13 @@ class Interval(NamedTuple):
 
 class EventKind(enum.Enum):
     STARTED = "started"  # a slot launched a task
-    CANCELLED = "cancelled"  # a task stopped and no timing block followed
     RESTART = "restart"  # a new llama-server PID on the node
     LOST = "lost"  # a launched task whose end never came (a new task took its slot)
     ABORTED = "aborted"  # a task in flight when its llama-server exited
     PARSE_ERROR = "parse_error"  # a line that looks like timing but does not parse
+    SLOTS = "slots"  # the server said how many slots it has (in `slot`)
+    SERVER_UP = "server_up"  # the node's llama-server runs (start-up lines, systemd's)
+    SERVER_DOWN = "server_down"  # it stopped, exited or failed
 
 
 class Event(NamedTuple):
@@ -63,6 +70,7 @@ class Event(NamedTuple):
     slot: int | None = None
     task: int | None = None
     detail: str = ""
+    model: str = ""  # the model instance it happened in, in router mode
 
 
 Record = Interval | Event

@@ -51,7 +51,27 @@ KEYWORDS = (
     b"slot is processing task",
     b"n_slots",
     b"cleaning up before exit",
+    b"cancel task",
+    b"send_error",
+    b"listening on",
+    # systemd's own lines for the unit (`journalctl -u` shows them, from PID 1)
+    b"Started ",
+    b"Stopping ",
+    b"Stopped ",
+    b"Deactivated successfully",
+    b"Failed with result",
+    b"Main process exited",
+    b"Failed to start",
+    # router mode: an instance's output comes `[ PORT] `-prefixed; the router names them
+    b"spawning server instance",
+    b"exited with status",
 )
+MAX_INSTANCES = 32  # model instances a router's parser follows at once
+MAX_MODEL_NAME = 200  # characters of a model's name kept (it becomes a label value)
+# What a slot occupancy without a timing block was (Interval.reason; "" for a timed request).
+CANCELLED, ERROR_REASON, UNTIMED, LOST_REASON = "cancelled", "error", "untimed", "lost"
+REASONS = (CANCELLED, ERROR_REASON, UNTIMED, LOST_REASON)
+MARKS = 64  # cancel and error lines remembered per server until their task's release decides
 
 _TOTAL = re.compile(r"total time\s*=\s*(\S+)\s*ms(?:\s*/\s*(\S+)\s+tokens)?")
 _PROMPT = re.compile(r"prompt eval time\s*=\s*(\S+)\s*ms\s*/\s*(\S+)\s+tokens")
@@ -61,6 +81,24 @@ _EVAL = re.compile(r"eval time\s*=\s*(\S+)\s*ms\s*/\s*(\S+)\s+(?:tokens|runs)")
 # log format (`"id_slot":0,"id_task":408`).
 _N_SLOTS = re.compile(r"\bn_slots\s*=\s*(\S+?),?(?:\s|$)")
 _SLOT_TASK = re.compile(r"\bid\s+(-?\d+) \| task (-?\d+) \|")
+# Eras C and D: the slot prefix opens the line (after the log prefix: an elapsed or wall-clock
+# stamp and a level letter). A line quoting one elsewhere (a request body at debug verbosity)
+# is no request.
+_SLOT_LINE = re.compile(r"[-0-9.: A-Z]*slot +[a-z_]+: +id +(-?\d+) \| task (-?\d+) \|")
+_IS_CHILD = re.compile(r"is_child = (\d+)")
+_CANCEL_TASK = re.compile(r"\bcancel task, id_task = (\d+)")
+_SEND_ERROR = re.compile(r"\bsend_error: task id = (\d+)")
+# systemd's lines for the unit: it runs after `Started`, and not after these; after all but
+# `Stopping` its process has gone (what it held in flight was aborted)
+_UNIT_DOWN = ("Stopping ", "Stopped ", "Failed to start ")
+_UNIT_DOWN_IN = (": Deactivated successfully", ": Failed with result ", ": Main process exited")
+UNIT_STOPPING, UNIT_UP, UNIT_GONE = 0, 1, 2  # (a UNIT token's count)
+# router mode (tools/server/server-models.cpp): `LOG("[%5d] %s", port, line)` for an instance's
+# line, `spawning server instance with name=%s on port %d`, `instance name=%s exited with
+# status %d`
+_ROUTED = re.compile(r"\[ *(\d{1,5})\] (.*)", re.DOTALL)
+_SPAWN = re.compile(r"spawning server instance with name=(.*) on port (\d{1,5})$")
+_INSTANCE_EXIT = re.compile(r"\binstance name=(.*) exited with status (-?\d{1,10})$")
 _SLOT_TASK_B = re.compile(
     r"\b(?:id_slot|slot_id)\"?[=:]\s*(-?\d+)[ ,]\s*\"?(?:id_task|task_id)\"?[=:]\s*(-?\d+)"
 )
@@ -78,6 +116,9 @@ class ParseError(ValueError):
 # What `tokenize` makes of a line: (kind, slot, task, microseconds, count), where kind is one of
 # these; slot and task where the line names them; microseconds and count for the timing lines.
 OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE, SLOTS, EXIT = range(9)  # (PROMPT, EVAL adj.)
+# (the compiled tokenizer makes none of these: cancel and error lines, the server's `listening
+# on`, systemd's lines for the unit, whose count is 1 for running and 0 for stopped)
+CANCEL, ERROR, LISTEN, UNIT, INSTANCE = range(9, 14)
 Token = tuple[int, int | None, int | None, int | None, int | None]
 
 
@@ -142,6 +183,8 @@ class _Server:
     n_slots: int
     since_us: int  # journal time it last was the one logging
     second: bool = False  # it logged well after the newest began: a second server
+    marks: dict[int, str] = field(default_factory=dict)
+    children: dict[tuple[int, int], None] = field(default_factory=dict)
 
     def copy(self) -> _Server:
         return _Server(
@@ -152,6 +195,8 @@ class _Server:
             self.n_slots,
             self.since_us,
             self.second,
+            dict(self.marks),
+            dict(self.children),
         )
 
 
@@ -165,6 +210,15 @@ class Parser:
     pending_stops: dict[tuple[int, int], int] = field(default_factory=dict)  # (slot, task) -> t
     last_timed: dict[int, int] = field(default_factory=dict)  # slot -> task of its last block
     started: dict[tuple[int, int], int] = field(default_factory=dict)  # launched, not yet ended
+    # task -> the reason its release without timing will have: a cancel or error line's (the
+    # cancel line may come after the release: both wait STOP_GRACE_US for each other)
+    marks: dict[int, str] = field(default_factory=dict)
+    children: dict[tuple[int, int], None] = field(default_factory=dict)  # n_cmpl children
+    # the node's llama-server runs (1, from its start-up lines and systemd's, or a request
+    # line after a stop) or not (0), -1 before the journal says
+    up: int = -1
+    model: str = ""  # the model instance it follows, for a router's instances (not saved)
+    instances: dict[int, Parser] = field(default_factory=dict)  # router mode: by port
     slots: int = DEFAULT_SLOTS  # the configured slot count, until the server logs its own
     n_slots: int = 0  # the slot count the server logged (`n_slots = N`), 0 before
     others: dict[int, _Server] = field(default_factory=dict)  # older PIDs that may still log
@@ -213,7 +267,7 @@ class Parser:
             return out
         i, n = 0, len(todo)
         while i < n:
-            if not self.pending_stops and not self.others:
+            if not self.pending_stops and not self.others and not self.children and self.up:
                 i = fast(self, todo, i, out, FEED_TYPES, self.max_in_flight)
                 if i == n:
                     break
@@ -243,12 +297,15 @@ class Parser:
             self.newest_pid,
             self.newest_since_us,
             self.last_us,
+            self.up,
+            {port: (p.model, p.state()) for port, p in self.instances.items()},
         )
 
     def _rollback(self, mark: tuple[Any, ...]) -> None:
-        self.pid, current, self.others, self.seen, *newest = mark
-        self.newest_pid, self.newest_since_us, self.last_us = newest
+        self.pid, current, self.others, self.seen, *newest, instances = mark
+        self.newest_pid, self.newest_since_us, self.last_us, self.up = newest
         self._take(current)
+        self.instances = {port: self._instance(model, s) for port, (model, s) in instances.items()}
 
     def feed_reference(self, lines: Iterable[LogLine]) -> list[Record]:
         """`feed_all` in pure Python: the reference the compiled `feed` is held to."""
@@ -276,6 +333,8 @@ class Parser:
                     if self.pid != self.newest_pid and now - self.newest_since_us > PID_GONE_US:
                         self.second = True
             msg = line.message
+            if msg[:1] == "[" and self._routed(line, out):
+                continue
             try:
                 token = fast(msg) if fast is not None else None
                 if token is None:
@@ -289,9 +348,14 @@ class Parser:
                 why = str(e) if isinstance(e, ParseError) else "a number too long to be one"
                 out.append(self._error(line, why))
                 continue
+            kind, slot, task, us, count = token
+            if kind >= CANCEL:  # (rare: cancel and error lines, the server's state)
+                self._rare(line, kind, task, count, out)
+                continue
             if line.pid != self.pid and line.pid:
                 self._same_server(line, out)
-            kind, slot, task, us, count = token
+            if not self.up and (kind in (LAUNCH, TOTAL)):  # (it runs after all)
+                self._state(1, line, out)
             # the kinds by how often they come: two component lines a request, then the rest
             if kind in (PROMPT, EVAL):  # (a component line: the hottest branch)
                 block = self.block
@@ -319,8 +383,16 @@ class Parser:
                 if started:
                     self._launch_on(slot, task, line.time_us, out)
                 started[(slot, task)] = line.time_us
+                if count:  # an n_cmpl child: its block repeats the parent's prompt figures
+                    children = self.children
+                    children[(slot, task)] = None
+                    if len(children) > self.max_in_flight:
+                        del children[next(iter(children))]
                 out.append(
-                    _new(Event, (self.node, line.time_us, _STARTED, line.pid, slot, task, ""))
+                    _new(
+                        Event,
+                        (self.node, line.time_us, _STARTED, line.pid, slot, task, "", self.model),
+                    )
                 )
             elif kind == RELEASE:
                 # A stop is a cancel only for a request whose launch was seen and whose timing
@@ -329,13 +401,124 @@ class Parser:
                 assert slot is not None and task is not None
                 if (slot, task) in self.started and self.last_timed.get(slot) != task:
                     self.pending_stops[(slot, task)] = line.time_us
+                    if count:  # (era B logs no cancel line: a release without timing is one)
+                        self._note(task, CANCELLED)
             elif kind == HEADER:
                 self.block = _Block(slot=slot, task=task)  # era C: the block follows
             elif kind == SLOTS:
                 assert count is not None
                 self.n_slots = count
+                out.append(Event(self.node, line.time_us, EventKind.SLOTS, line.pid, count))
+                if self.up != 1:
+                    self._state(1, line, out)
             elif kind == EXIT:
+                last = not self.others  # (another server may go on logging)
                 self._exited(now, out)
+                if last:
+                    self._state(0, line, out)
+
+    def _rare(
+        self, line: LogLine, kind: int, task: int | None, count: int | None, out: list[Record]
+    ) -> None:
+        """A cancel or error line (it marks its task), the server's `listening on`, or one of
+        systemd's lines for the unit (from PID 1: they never switch the server)."""
+        if kind == UNIT:
+            if line.pid in (0, 1):
+                self._state(1 if count == UNIT_UP else 0, line, out)
+                if count == UNIT_GONE:
+                    self._all_gone(min(line.time_us, self.horizon_us), out)
+            return
+        if kind == INSTANCE:
+            self._instance_line(line, out)
+            return
+        if line.pid != self.pid and line.pid:
+            self._same_server(line, out)
+        if kind == LISTEN:
+            if self.up != 1:
+                self._state(1, line, out)
+        elif task is not None:
+            self._note(task, ERROR_REASON if kind == ERROR else CANCELLED)
+
+    def _instance(self, model: str, state: dict[str, Any] | None = None) -> Parser:
+        p = Parser(self.node) if state is None else Parser.from_state(self.node, state)
+        p.model, p.slots, p.gone_us, p.horizon_us = model, self.slots, self.gone_us, self.horizon_us
+        return p
+
+    def _routed(self, line: LogLine, out: list[Record]) -> bool:
+        """A router's line of one of its instances (`[ PORT] ...`): that instance's parser's."""
+        m = _ROUTED.match(line.message)
+        if m is None or self.model:  # (an instance's own lines are never routed again)
+            return False
+        port = int(m.group(1))
+        sub = self.instances.get(port)
+        if sub is None:
+            if len(self.instances) >= MAX_INSTANCES:
+                self._instance_gone(
+                    next(iter(self.instances)), min(line.time_us, self.horizon_us), out
+                )
+            sub = self.instances[port] = self._instance(f":{port}")
+        sub.horizon_us = self.horizon_us
+        part: list[Record] = []
+        sub._feed((line._replace(message=m.group(2)),), part, _fast_tokenize)
+        for rec in part:
+            if type(rec) is Event:
+                if rec.kind is EventKind.SERVER_UP or rec.kind is EventKind.SERVER_DOWN:
+                    continue  # (the router's own state is the node's)
+                if rec.kind is EventKind.SLOTS:  # the node's slots: all its instances'
+                    rec = rec._replace(slot=sum(p.n_slots for p in self.instances.values()))
+            out.append(rec)
+        return True
+
+    def _instance_line(self, line: LogLine, out: list[Record]) -> None:
+        """The router spawned an instance (its port's lines are that model's from here on) or
+        one exited (a restart of that instance only)."""
+        msg = line.message
+        spawn = _SPAWN.search(msg)
+        if spawn is not None:
+            name, port = spawn.group(1)[:MAX_MODEL_NAME], int(spawn.group(2))
+            for p in [p for p, sub in self.instances.items() if p == port or sub.model == name]:
+                self._instance_gone(p, min(line.time_us, self.horizon_us), out)
+            while len(self.instances) >= MAX_INSTANCES:
+                self._instance_gone(
+                    next(iter(self.instances)), min(line.time_us, self.horizon_us), out
+                )
+            self.instances[port] = self._instance(name)
+            return
+        gone = _INSTANCE_EXIT.search(msg)
+        if gone is not None:
+            name = gone.group(1)[:MAX_MODEL_NAME]
+            for p in [p for p, sub in self.instances.items() if sub.model == name]:
+                self._instance_gone(p, min(line.time_us, self.horizon_us), out)
+                out.append(
+                    Event(
+                        self.node,
+                        line.time_us,
+                        EventKind.RESTART,
+                        line.pid,
+                        detail=f"model instance {name} exited with status {gone.group(2)}",
+                        model=name,
+                    )
+                )
+
+    def _instance_gone(self, port: int, now: int, out: list[Record]) -> None:
+        sub = self.instances.pop(port)
+        sub._gone(sub.pid, sub._current(now), now, out)
+        for pid, server in sub.others.items():
+            sub._gone(pid, server, now, out)
+
+    def _note(self, task: int, reason: str) -> None:
+        """What a release of `task` without timing will be (an error stays one)."""
+        marks = self.marks
+        if marks.get(task) != ERROR_REASON:
+            marks[task] = reason
+            if len(marks) > MARKS:
+                del marks[next(iter(marks))]
+
+    def _state(self, up: int, line: LogLine, out: list[Record]) -> None:
+        if self.up != up:
+            self.up = up
+            kind = EventKind.SERVER_UP if up else EventKind.SERVER_DOWN
+            out.append(Event(self.node, line.time_us, kind, line.pid))
 
     def flush(self, until_us: int) -> list[Record]:
         """The journal holds nothing older than `until_us` unread: decide stops that have waited."""
@@ -344,6 +527,8 @@ class Parser:
             self._expire(until_us, out)
         if self.others:
             self._retire(until_us, 0, out)
+        for sub in self.instances.values():
+            out += sub.flush(until_us)
         return out
 
     # -- what each kind of line does --------------------------------------------------------------
@@ -399,17 +584,20 @@ class Parser:
             self.n_slots,
             now_us,
             self.second,
+            self.marks,
+            self.children,
         )
 
     def _take(self, server: _Server | None) -> None:
         """Make `server`'s context the current one (a fresh one for None)."""
         if server is None:
             self.block, self.pending_stops, self.last_timed, self.started = _NO_BLOCK, {}, {}, {}
-            self.n_slots, self.second = 0, False
+            self.n_slots, self.second, self.marks, self.children = 0, False, {}, {}
         else:
             self.block, self.pending_stops = server.block, server.pending_stops
             self.last_timed, self.started = server.last_timed, server.started
             self.n_slots, self.second = server.n_slots, server.second
+            self.marks, self.children = server.marks, server.children
 
     def _total(
         self, line: LogLine, slot: int | None, task: int | None, us: int | None, tokens: int | None
@@ -430,9 +618,18 @@ class Parser:
                 and block.generated_tokens is not None
             ):
                 tokens = block.prompt_tokens + block.generated_tokens
+        prompt_tokens, prompt_us = block.prompt_tokens, block.prompt_us
         if slot is not None and task is not None:
             if self.pending_stops:
                 self.pending_stops.pop((slot, task), None)
+            if self.marks:
+                self.marks.pop(task, None)
+            if self.children and self.children.pop((slot, task), 0) is None:
+                # an n_cmpl child: its own completion and generated tokens, not the prompt
+                # it shares with its parent (which the parent counts)
+                prompt_tokens = prompt_us = None
+                if block.generated_tokens is not None:
+                    tokens = block.generated_tokens
             self.started.pop((slot, task), None)
             last_timed = self.last_timed
             last_timed[slot] = task
@@ -446,32 +643,64 @@ class Parser:
                 line.time_us - us,  # start
                 line.time_us,  # end
                 tokens,
-                block.prompt_tokens,
+                prompt_tokens,
                 block.generated_tokens,
-                block.prompt_us,
+                prompt_us,
                 block.generation_us,
                 slot,
                 task,
                 line.pid,
+                "",
+                self.model,
             ),
         )
 
     # -- starts, stops, restarts ----------------------------------------------------------------
 
     def _cancel_stops_of(self, slot: int, out: list[Record]) -> None:
-        """A new launch on `slot`: its stopped requests that got no timing block were cancelled."""
+        """A new launch on `slot`: its released requests that got no timing block are decided."""
         for key in [k for k in self.pending_stops if k[0] == slot]:
-            out.append(self._cancel(key, self.pending_stops.pop(key)))
+            self._untimed(self._current(0), self.pid, key, self.pending_stops.pop(key), out)
 
     def _expire(self, now_us: int, out: list[Record]) -> None:
         for key, t in list(self.pending_stops.items()):
             if now_us > t + STOP_GRACE_US:
                 del self.pending_stops[key]
-                out.append(self._cancel(key, t))
+                self._untimed(self._current(0), self.pid, key, t, out)
 
-    def _cancel(self, key: tuple[int, int], t: int) -> Event:
-        self.started.pop(key, None)
-        return Event(self.node, t, EventKind.CANCELLED, self.pid, key[0], key[1])
+    def _untimed(
+        self, server: _Server, pid: int, key: tuple[int, int], t: int, out: list[Record]
+    ) -> None:
+        """A request of `server` released at `t` with no timing block: an occupancy from its
+        launch to its release, with the reason its cancel or error line gave, else `untimed`
+        (embeddings, rerank)."""
+        launched = server.started.pop(key, None)
+        reason = server.marks.pop(key[1], UNTIMED) if server.marks else UNTIMED
+        if server.children:
+            server.children.pop(key, None)
+        if launched is None:  # (never: a release waits only for what launched)
+            return
+        start = launched if launched <= t else t
+        out.append(
+            _new(
+                Interval,
+                (
+                    self.node,
+                    start,
+                    t,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    key[0],
+                    key[1],
+                    pid,
+                    reason,
+                    self.model,
+                ),
+            )
+        )
 
     def _launch_on(self, slot: int, task: int, time_us: int, out: list[Record]) -> None:
         """Before a launch of (slot, task): a request still on that slot was lost (its end
@@ -486,8 +715,17 @@ class Parser:
 
     def _lost(self, key: tuple[int, int], since_us: int, time_us: int, why: str) -> Event:
         self.pending_stops.pop(key, None)
+        self.children.pop(key, None)
+        self.marks.pop(key[1], None)
         return Event(
-            self.node, time_us, _LOST, self.pid, key[0], key[1], f"{why} (launched {since_us})"
+            self.node,
+            time_us,
+            _LOST,
+            self.pid,
+            key[0],
+            key[1],
+            f"{why} (launched {since_us})",
+            self.model,
         )
 
     def _retire(self, now_us: int, logging: int, out: list[Record]) -> None:
@@ -500,8 +738,7 @@ class Parser:
             for key, t in list(server.pending_stops.items()):
                 if now_us > t + STOP_GRACE_US:
                     del server.pending_stops[key]
-                    server.started.pop(key, None)
-                    out.append(Event(self.node, t, EventKind.CANCELLED, pid, key[0], key[1]))
+                    self._untimed(server, pid, key, t, out)
             gone_us = self.gone_us if server.second else PID_GONE_US
             if pid not in (logging, self.newest_pid) and now_us - server.since_us > gone_us:
                 del self.others[pid]
@@ -520,14 +757,34 @@ class Parser:
             self._take(None)
         self.last_us = now_us
 
+    def _all_gone(self, now_us: int, out: list[Record]) -> None:
+        """systemd says the unit's process has gone (killed, exited, failed): every server's
+        requests in flight end here, aborted. (A new PID later is a restart.)"""
+        if self.pid:
+            self._gone(self.pid, self._current(now_us), now_us, out)
+        for pid, server in self.others.items():
+            self._gone(pid, server, now_us, out)
+        self.others.clear()
+        self._take(None)
+        for port in list(self.instances):
+            self._instance_gone(port, now_us, out)
+
     def _gone(self, pid: int, server: _Server, now_us: int, out: list[Record]) -> None:
-        """PID `pid` has exited: its waiting stops were cancels, its other requests aborted."""
-        for (slot, task), t in server.pending_stops.items():
-            server.started.pop((slot, task), None)
-            out.append(Event(self.node, t, EventKind.CANCELLED, pid, slot, task))
+        """PID `pid` has exited: its waiting releases are decided, its other requests aborted."""
+        for key, t in server.pending_stops.items():
+            self._untimed(server, pid, key, t, out)
         for slot, task in server.started:
             out.append(
-                Event(self.node, now_us, _ABORTED, pid, slot, task, f"llama-server {pid} exited")
+                Event(
+                    self.node,
+                    now_us,
+                    _ABORTED,
+                    pid,
+                    slot,
+                    task,
+                    f"llama-server {pid} exited",
+                    self.model,
+                )
             )
 
     def _error(self, line: LogLine, why: str) -> Event:
@@ -545,8 +802,9 @@ class Parser:
         """Everything needed to resume mid-block, as JSON-ready values."""
         return {
             "pid": self.pid,
-            **_context_state(self.block, self.pending_stops, self.last_timed, self.started),
+            **_context_state(self._current(0)),
             "n_slots": self.n_slots,
+            "up": self.up,
             "newest_pid": self.newest_pid,
             "newest_since_us": self.newest_since_us,
             "second": self.second,
@@ -555,13 +813,14 @@ class Parser:
                 [
                     pid,
                     s.since_us,
-                    _context_state(s.block, s.pending_stops, s.last_timed, s.started),
+                    _context_state(s),
                     s.n_slots,
                     s.second,
                 ]
                 for pid, s in self.others.items()
             ],
             "seen": list(self.seen),
+            "instances": [[port, p.model, p.state()] for port, p in self.instances.items()],
         }
 
     @classmethod
@@ -569,27 +828,28 @@ class Parser:
         """The parser `state()` saved (the configured `slots` and `gone_us` are the caller's
         to set). Raises KeyError, TypeError or ValueError on a state that does not fit."""
         p = cls(node, pid=_int(state["pid"]))
-        p.block, p.pending_stops, p.last_timed, p.started = _context_from(state)
+        server = _context_from(state, 0, 0, False)
+        p._take(server)
+        p.up = _int(state.get("up", -1))
+        if p.up not in (-1, 0, 1):
+            raise ValueError(f"a server state of {p.up}")
         p.n_slots = _int(state.get("n_slots", 0))
         p.newest_pid = _int(state.get("newest_pid", p.pid))
         p.last_us = _int(state.get("last_us", 0))
         p.newest_since_us = _int(state.get("newest_since_us", 0))
         p.second = bool(state.get("second", False))
         for pid, since_us, context, n_slots, second in state.get("others", []):
-            block, stops, timed, started = _context_from(context)
-            p.others[_int(pid)] = _Server(
-                block, stops, timed, started, _int(n_slots), _int(since_us), bool(second)
+            p.others[_int(pid)] = _context_from(
+                context, _int(n_slots), _int(since_us), bool(second)
             )
         p.seen = dict.fromkeys(_int(pid) for pid in state.get("seen", [p.pid] if p.pid else []))
+        for port, model, sub in state.get("instances", [])[:MAX_INSTANCES]:
+            p.instances[_int(port)] = p._instance(str(model), sub)
         return p
 
 
-def _context_state(
-    b: _Block,
-    pending_stops: dict[tuple[int, int], int],
-    last_timed: dict[int, int],
-    started: dict[tuple[int, int], int],
-) -> dict[str, Any]:
+def _context_state(s: _Server) -> dict[str, Any]:
+    b = s.block
     return {
         "block": [
             b.slot,
@@ -599,24 +859,32 @@ def _context_state(
             b.generation_us,
             b.generated_tokens,
         ],
-        "pending_stops": [[s, t, at] for (s, t), at in pending_stops.items()],
-        "last_timed": [[s, t] for s, t in last_timed.items()],
-        "started": [[s, t, at] for (s, t), at in started.items()],
+        "pending_stops": [[slot, t, at] for (slot, t), at in s.pending_stops.items()],
+        "last_timed": [[slot, t] for slot, t in s.last_timed.items()],
+        "started": [[slot, t, at] for (slot, t), at in s.started.items()],
+        "marks": [[t, reason] for t, reason in s.marks.items()],
+        "children": [[slot, t] for slot, t in s.children],
     }
 
 
-def _context_from(
-    state: dict[str, Any],
-) -> tuple[_Block, dict[tuple[int, int], int], dict[int, int], dict[tuple[int, int], int]]:
+def _context_from(state: dict[str, Any], n_slots: int, since_us: int, second: bool) -> _Server:
     fields = [None if v is None else _int(v) for v in state["block"]]
     if len(fields) != 6:
         raise ValueError(f"a parser block of {len(fields)} fields")
     block = _Block(*fields) if any(v is not None for v in fields) else _NO_BLOCK
-    return (
+    marks = {_int(t): str(reason) for t, reason in state.get("marks", [])}
+    if not set(marks.values()) <= {CANCELLED, ERROR_REASON}:
+        raise ValueError("a parser mark that is no reason")
+    return _Server(
         block,
         {(_int(s), _int(t)): _int(at) for s, t, at in state["pending_stops"]},
         {_int(s): _int(t) for s, t in state["last_timed"]},
         {(_int(s), _int(t)): _int(at) for s, t, at in state.get("started", [])},
+        n_slots,
+        since_us,
+        second,
+        marks,
+        {(_int(s), _int(t)): None for s, t in state.get("children", [])},
     )
 
 
@@ -651,6 +919,19 @@ def tokenize(msg: str) -> Token | None:
         return (TOTAL, slot, task, us, tokens)
     if kind == "exit":  # `main: cleaning up before exit...`
         return (EXIT, None, None, None, None)
+    if kind in {"cancel", "error"}:
+        m = (_CANCEL_TASK if kind == "cancel" else _SEND_ERROR).search(msg)
+        if m is None or len(m.group(1)) > 18:
+            return (OTHER, None, None, None, None)
+        return (CANCEL if kind == "cancel" else ERROR, None, int(m.group(1)), None, None)
+    if kind == "listen":
+        return (LISTEN, None, None, None, None)
+    if kind == "unit":
+        if not _unit_down(msg):
+            return (UNIT, None, None, None, UNIT_UP)
+        return (UNIT, None, None, None, UNIT_STOPPING if msg.startswith("Stopping ") else UNIT_GONE)
+    if kind == "instance":
+        return (INSTANCE, None, None, None, None)
     if kind == "slots":  # `load_model: initializing slots, n_slots = 3`
         m = _N_SLOTS.search(msg)
         if m is None:
@@ -677,15 +958,18 @@ def tokenize(msg: str) -> Token | None:
         if "print_timing" in msg and not rest.strip():
             return (HEADER, slot, task, None, None)
         if "launch_slot_" in msg and "processing task" in rest:
-            return (LAUNCH, slot, task, None, None)
+            child = _IS_CHILD.search(rest)
+            is_child = child is not None and child.group(1).strip("0") != ""
+            return (LAUNCH, slot, task, None, 1 if is_child else None)
         if "release" in msg and "stop processing" in rest:
             return (RELEASE, slot, task, None, None)
         return (OTHER, None, None, None, None)
-    m = _SLOT_TASK_B.search(msg)  # era B start or stop
+    m = _SLOT_TASK_B.search(msg)  # era B start or stop (it logs no cancel line: count 1)
     if m is None or int(m.group(2)) < 0:
         return (OTHER, None, None, None, None)
-    kind_b = LAUNCH if "slot is processing task" in msg else RELEASE
-    return (kind_b, int(m.group(1)), int(m.group(2)), None, None)
+    if "slot is processing task" in msg:
+        return (LAUNCH, int(m.group(1)), int(m.group(2)), None, None)
+    return (RELEASE, int(m.group(1)), int(m.group(2)), None, 1)
 
 
 _fast_tokenize = None if speedups is None else speedups.tokenize
@@ -700,6 +984,8 @@ FEED_TYPES = (Interval, _STARTED, "", Event, _Block, _NO_BLOCK)
 def classify(msg: str) -> str | None:
     """Which kind of line this may be, by cheap substring tests; None for the rest (every line
     it names holds one of KEYWORDS: what a source may skip unread)."""
+    if " | task " in msg and _SLOT_LINE.match(msg) is None:
+        return None  # (an era C/D shape quoted, not opening the line: no request)
     if "time" in msg:
         if "total time" in msg:
             return "total"
@@ -714,7 +1000,21 @@ def classify(msg: str) -> str | None:
         return "slots"
     if "cleaning up before exit" in msg:
         return "exit"
+    if "cancel task" in msg:
+        return "cancel"
+    if "send_error" in msg:
+        return "error"
+    if "listening on" in msg:
+        return "listen"
+    if "spawning server instance" in msg or "exited with status" in msg:
+        return "instance"
+    if msg.startswith(("Started ", *_UNIT_DOWN)) or any(s in msg for s in _UNIT_DOWN_IN):
+        return "unit"
     return None
+
+
+def _unit_down(msg: str) -> bool:
+    return msg.startswith(_UNIT_DOWN) or any(s in msg for s in _UNIT_DOWN_IN)
 
 
 def _ids(msg: str) -> tuple[int | None, int | None]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.accounting import SECOND, Accounting, Snapshot
+from exporter.accounting import REASONS, SECOND, Accounting, Snapshot
 from exporter.kinds import Kinds
 from exporter.logline import Batch, Event, EventKind, Interval, Record
 from exporter.parse import DEFAULT_SLOTS, Parser
@@ -91,7 +91,8 @@ class Builder:
                 end = rec[2]
                 if since <= end <= until:
                     run.append(rec)
-                    counted.append((rec[3], end - rec[1]))
+                    if not rec[11]:  # (a timed request: the kinds' durations)
+                        counted.append((rec[3], end - rec[1]))
                     continue
             elif since <= rec[1] <= until and rec[2] is not _PARSE_ERROR:
                 run.append(rec)
@@ -148,7 +149,19 @@ def to_json(r: Report) -> dict[str, Any]:
             "kinds": {k: c.requests for k, c in n.kinds.items()},
             "busy_seconds": n.busy_us / SECOND,
             "tokens": sum(c.tokens for c in n.kinds.values()),
+            "slot_busy_seconds": n.slot_busy_us / SECOND,
+            "slots": n.slots,
+            "server_up": n.server_up,
+            "untimed": {
+                reason: {"requests": count, "seconds": us / SECOND}
+                for reason, (count, us) in n.untimed.items()
+            },
         }
+        if n.models:
+            nodes[n.name]["models"] = {
+                m: {"requests": k, "request_seconds": us / SECOND, "tokens": t}
+                for m, (k, us, t) in n.models.items()
+            }
     kinds = {}
     for k in snap.kind_names:
         med = median_us(r.durations_us[k])
@@ -215,6 +228,10 @@ def to_text(r: Report) -> str:
     for k in kinds[1:]:
         out.append(f"  wall time with only {k} running: {snap.mix_us[k] / SECOND / 60:.1f} min")
 
+    untimed = _untimed_line(snap)
+    if untimed:
+        out.append(untimed)
+
     total = sum(n.busy_us for n in snap.nodes) / SECOND
     count = len(snap.nodes)
     ideal = total / max(1, count)
@@ -225,6 +242,18 @@ def to_text(r: Report) -> str:
         f"against {wall / 60:.1f} min actual",
     ]
     return "\n".join(out) + "\n"
+
+
+def _untimed_line(snap: Snapshot) -> str:
+    """Slot occupancies without a timing block, by reason, when there were any (the seed's
+    data has none: its lines stay as they were)."""
+    parts = []
+    for reason in REASONS:
+        count = sum(n.untimed[reason][0] for n in snap.nodes)
+        if count:
+            us = sum(n.untimed[reason][1] for n in snap.nodes)
+            parts.append(f"{reason} {count} ({us / SECOND / 60:.1f} node-min)")
+    return "  untimed occupancy: " + ", ".join(parts) if parts else ""
 
 
 def render(r: Report, fmt: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.accounting import SECOND, Accounting
+from exporter.accounting import REASONS, SECOND, Accounting
 from exporter.kinds import DEFAULT_RULES, KindRule, Kinds
 from exporter.logline import Event, EventKind, Interval
 
@@ -25,32 +25,40 @@ class Req:
     start: int  # cells after ORIGIN (may be negative: began before the origin)
     length: int
     tokens: int | None
+    reason: str = ""  # an occupancy without timing (busy, of no kind) unless ""
 
     def interval(self) -> Interval:
         start = ORIGIN + self.start * SECOND
-        return Interval(NODES[self.node], start, start + self.length * SECOND, self.tokens)
+        end = start + self.length * SECOND
+        if self.reason:
+            return Interval(NODES[self.node], start, end, reason=self.reason)
+        return Interval(NODES[self.node], start, end, self.tokens)
 
 
 def brute_force(
     reqs: list[tuple[Req, int]], until: int
-) -> tuple[list[int], dict[str, int], list[int]]:
-    """Cell by cell over [0, until): (seconds with k nodes busy, seconds per mix, busy per node).
-    Each request counts from the larger of its start and the cell it was clipped to."""
+) -> tuple[list[int], dict[str, int], list[int], list[int]]:
+    """Cell by cell over [0, until): (seconds with k nodes busy, seconds per mix, busy per node,
+    slot busy per node: every occupancy's seconds). Each request counts from the larger of its
+    start and the cell it was clipped to; one without timing is busy but of no kind."""
     conc = [0] * (len(NODES) + 1)
     mix: Counter[str] = Counter()
     busy = [0] * len(NODES)
+    slot_busy = [0] * len(NODES)
     for cell in range(until):
         nodes: set[int] = set()
         kinds: set[str] = set()
         for r, clip in reqs:
             if max(r.start, clip) <= cell < r.start + r.length:
                 nodes.add(r.node)
-                kinds.add(KINDS.classify(r.tokens))
+                slot_busy[r.node] += SECOND
+                if not r.reason:
+                    kinds.add(KINDS.classify(r.tokens))
         conc[len(nodes)] += SECOND
         mix["+".join(sorted(kinds)) or "idle"] += SECOND
         for n in nodes:
             busy[n] += SECOND
-    return conc, dict(mix), busy
+    return conc, dict(mix), busy, slot_busy
 
 
 reqs_strategy = st.lists(
@@ -60,6 +68,7 @@ reqs_strategy = st.lists(
         start=st.integers(-10, 150),
         length=st.integers(1, MAX_REQ_CELLS),
         tokens=st.one_of(st.none(), st.integers(0, 1500)),
+        reason=st.sampled_from(("", "", "", "cancelled", "error", "untimed")),
     ),
     max_size=40,
 )
@@ -95,14 +104,22 @@ def test_live_watermark_matches_brute_force(reqs: list[Req], interleave: list[in
     until = 200
     acc.advance_to(ORIGIN + until * SECOND)
     snap = acc.snapshot()
-    conc, mix, busy = brute_force([(r, 0) for r in reqs], until)
+    conc, mix, busy, slot_busy = brute_force([(r, 0) for r in reqs], until)
     assert list(snap.concurrency_us) == conc
     assert {k: v for k, v in snap.mix_us.items() if v} == mix
     assert [n.busy_us for n in snap.nodes] == busy
+    assert [n.slot_busy_us for n in snap.nodes] == slot_busy
     assert all(n.late == 0 for n in snap.nodes)
     assert sum(k * v for k, v in enumerate(snap.concurrency_us)) == sum(busy)
     for i, n in enumerate(snap.nodes):
-        mine = [r for r in reqs if r.node == i]
+        assert n.untimed == {
+            reason: (
+                sum(1 for r in reqs if r.node == i and r.reason == reason),
+                sum(r.length for r in reqs if r.node == i and r.reason == reason) * SECOND,
+            )
+            for reason in REASONS
+        }
+        mine = [r for r in reqs if r.node == i and not r.reason]
         for kind in KINDS.names:
             of_kind = [r for r in mine if KINDS.classify(r.tokens) == kind]
             c = n.kinds[kind]
@@ -125,21 +142,23 @@ def test_late_intervals_count_only_after_the_watermark(reqs: list[Req], moves: l
         if i < len(moves):
             acc.advance_to(ORIGIN + moves[i] * SECOND)
             watermark = max(watermark, moves[i])
-        if max(r.start, 0) < watermark:
+        if max(r.start, 0) < watermark:  # (an occupancy without timing too: it is clipped)
             late[r.node] += 1
         clipped.append((r, watermark))
         acc.add(r.interval())
     until = 200
     acc.advance_to(ORIGIN + until * SECOND)
     snap = acc.snapshot()
-    conc, mix, busy = brute_force(clipped, until)
+    conc, mix, busy, slot_busy = brute_force(clipped, until)
     assert list(snap.concurrency_us) == conc
     assert {k: v for k, v in snap.mix_us.items() if v} == mix
     assert [n.busy_us for n in snap.nodes] == busy
+    assert [n.slot_busy_us for n in snap.nodes] == slot_busy
     assert [n.late for n in snap.nodes] == late
-    assert [sum(c.requests for c in n.kinds.values()) for n in snap.nodes] == [
-        sum(1 for r in reqs if r.node == i) for i in range(len(NODES))
-    ]
+    assert [
+        sum(c.requests for c in n.kinds.values()) + sum(k for k, _ in n.untimed.values())
+        for n in snap.nodes
+    ] == [sum(1 for r in reqs if r.node == i) for i in range(len(NODES))]
 
 
 def test_every_series_exists_from_start() -> None:
@@ -271,17 +290,69 @@ def test_events_in_flight_cancel_restart_errors() -> None:
     snap = acc.snapshot()
     assert (snap.nodes[0].in_flight, snap.nodes[0].oldest_in_flight_us) == (3, ORIGIN + 1 * S)
     assert snap.nodes_busy == 1
-    acc.add(Event("n", ORIGIN + 4 * S, EventKind.CANCELLED, 1, 0, 1))
+    # (0, 1) was cancelled: an occupancy from its launch to its release
+    acc.add(
+        Interval("n", ORIGIN + 1 * S, ORIGIN + 4 * S, slot=0, task=1, pid=1, reason="cancelled")
+    )
     acc.add(Interval("n", ORIGIN + 2 * S, ORIGIN + 5 * S, 10, slot=1, task=2))
     acc.add(Event("n", ORIGIN + 6 * S, EventKind.PARSE_ERROR, 1))
     snap = acc.snapshot()
     assert (snap.nodes[0].in_flight, snap.nodes[0].oldest_in_flight_us) == (1, ORIGIN + 3 * S)
     acc.add(Event("n", ORIGIN + 7 * S, EventKind.RESTART, 2))
     n = acc.snapshot().nodes[0]  # (the old server's request may still end: it has not gone)
-    assert (n.in_flight, n.cancelled, n.aborted, n.restarts, n.parse_errors) == (1, 1, 0, 1, 1)
+    cancelled = n.untimed["cancelled"]
+    assert (n.in_flight, cancelled, n.aborted, n.restarts, n.parse_errors) == (
+        1,
+        (1, 3 * S),
+        0,
+        1,
+        1,
+    )
     acc.add(Event("n", ORIGIN + 17 * S, EventKind.ABORTED, 1, 2, 3))  # it has
     n = acc.snapshot().nodes[0]
-    assert (n.in_flight, n.cancelled, n.aborted, n.restarts, n.parse_errors) == (0, 1, 1, 1, 1)
+    assert (n.in_flight, n.untimed["cancelled"], n.aborted, n.restarts, n.parse_errors) == (
+        0,
+        (1, 3 * S),
+        1,
+        1,
+        1,
+    )
     assert n.oldest_in_flight_us is None
     assert n.last_end_us == ORIGIN + 5 * S
+    assert sum(c.requests for c in n.kinds.values()) == 1  # (the cancel is of no kind)
     assert acc.snapshot().nodes_busy == 0
+
+
+def test_untimed_occupancies_are_busy_of_no_kind_by_their_reason() -> None:
+    acc = Accounting(["n", "m"], KINDS, origin_us=ORIGIN)
+    for slot, (reason, start, end) in enumerate(
+        [("cancelled", 1, 4), ("error", 2, 3), ("untimed", 10, 12), ("untimed", 11, 15)]
+    ):
+        acc.add(started("n", ORIGIN + start * S, slot, slot))
+        acc.add(
+            Interval("n", ORIGIN + start * S, ORIGIN + end * S, slot=slot, task=slot, reason=reason)
+        )
+    acc.add(started("n", ORIGIN + 20 * S, 0, 9))
+    acc.add(Event("n", ORIGIN + 21 * S, EventKind.LOST, 1, 0, 9))  # its end never came
+    acc.add(Interval("m", ORIGIN + 3 * S, ORIGIN + 13 * S, 700))  # a timed extraction
+    acc.advance_to(ORIGIN + 30 * S)
+    snap = acc.snapshot()
+    n, m = snap.nodes
+    assert n.in_flight == 0
+    assert n.untimed == {
+        "cancelled": (1, 3 * S),
+        "error": (1, 1 * S),
+        "untimed": (2, 6 * S),
+        "lost": (1, 0),
+    }
+    assert all(c.requests == 0 for c in n.kinds.values())
+    assert n.busy_us == (4 - 1 + 15 - 10) * S  # the union of its occupancies
+    assert n.slot_busy_us == (3 + 1 + 2 + 4) * S  # their sum
+    assert (m.busy_us, m.slot_busy_us) == (10 * S, 10 * S)
+    assert n.last_end_us == ORIGIN + 15 * S
+    # two nodes busy while both are, but the mix has only the timed extraction
+    assert list(snap.concurrency_us) == [16 * S, 10 * S, 4 * S]
+    assert {k: v for k, v in snap.mix_us.items() if v} == {
+        "idle": 20 * S,
+        "extraction": 10 * S,
+    }

@@ -6,8 +6,10 @@ references leave it, or hands the work back to them.
 state that `Accounting.advance_to_reference` leaves: equal snapshots, equal checkpoint states
 (in_flight in its order, the pending intervals in theirs) and the same exceptions, whatever
 the records hold. Hypothesis runs random operations on both over several nodes and kinds:
-batches of intervals and events (late ones, restarts, cancels, parse errors, unknown nodes,
-values that do not fit in 64 bits or sums that would overflow, values of other types),
+batches of intervals and events (late ones, restarts, occupancies without timing of every
+reason, lost requests, slot counts and server states, requests of model instances, parse errors,
+unknown nodes, values that do not fit in 64 bits or sums that would overflow, values of other
+types),
 watermarks moving in between, and checkpoint round trips, also of crafted states.
 """
 
@@ -113,6 +115,9 @@ token_counts = st.sampled_from(TOKENS) | st.integers(0, 1200)
 small = st.none() | st.integers(0, 3)
 tasks = st.none() | st.integers(0, 6) | st.sampled_from((1000, 2**64))
 nodes = st.sampled_from(NODES) | st.just("elsewhere")  # (not configured: KeyError)
+# mostly timed requests; now and then one released without timing, of each reason
+reasons = st.sampled_from(("",) * 6 + ("cancelled", "error", "untimed"))
+models = st.sampled_from(("",) * 8 + ("qwen", ":8081"))  # (a router's model instances)
 odd = st.sampled_from((True, 1.5, "7"))  # not ints: what the Python code makes of them
 
 
@@ -128,7 +133,11 @@ def intervals(draw: st.DrawFn) -> Interval:
     f: list[Any] = [draw(counts) for _ in range(5)] + [draw(small), draw(tasks)]
     if draw(st.integers(0, 30)) == 0:  # now and then a value of another type
         f[draw(st.integers(0, len(f) - 1))] = draw(odd)
-    return Interval(draw(nodes), start, end, f[0], f[1], f[2], f[3], f[4], f[5], f[6], 1)
+    node = draw(nodes)
+    reason, model = draw(reasons), draw(models)
+    if reason:  # an occupancy without timing: no tokens, no durations
+        return Interval(node, start, end, None, None, None, None, None, f[5], f[6], 1, reason)
+    return Interval(node, start, end, f[0], f[1], f[2], f[3], f[4], f[5], f[6], 1, "", model)
 
 
 @st.composite
@@ -136,14 +145,16 @@ def events(draw: st.DrawFn) -> Event:
     kind = draw(
         st.sampled_from(
             (EventKind.STARTED,) * 6
-            + (EventKind.CANCELLED, EventKind.RESTART, EventKind.PARSE_ERROR)
+            + (EventKind.LOST, EventKind.ABORTED, EventKind.RESTART, EventKind.PARSE_ERROR)
+            + (EventKind.SLOTS, EventKind.SERVER_UP, EventKind.SERVER_DOWN)
         )
     )
     slot: Any = draw(small)
     task: Any = draw(tasks)
     if draw(st.integers(0, 30)) == 0:
         slot = draw(odd)
-    return Event(draw(nodes), draw(times), kind, 1, slot, task)
+    model = draw(models) if kind is EventKind.STARTED else ""
+    return Event(draw(nodes), draw(times), kind, 1, slot, task, "", model)
 
 
 @st.composite
@@ -154,7 +165,11 @@ def requests(draw: st.DrawFn) -> list[Record]:
     start = draw(offsets)
     end = start + draw(st.integers(1, 40)) * SECOND
     tokens = draw(token_counts)
-    iv = Interval(node, start, end, tokens, tokens // 2, tokens - tokens // 2, 7, 9, slot, task)
+    reason = draw(reasons)
+    if reason:  # released without timing: from its launch to its release
+        iv = Interval(node, start, end, slot=slot, task=task, pid=1, reason=reason)
+    else:
+        iv = Interval(node, start, end, tokens, tokens // 2, tokens - tokens // 2, 7, 9, slot, task)
     return [Event(node, start, EventKind.STARTED, 1, slot, task), iv]
 
 
@@ -440,6 +455,9 @@ def test_the_compiled_add_all_takes_requests_and_hands_back_the_rest() -> None:
         Event("n", ORIGIN, EventKind.RESTART, 2),
         Interval("elsewhere", ORIGIN, ORIGIN + SECOND, 10),
         Interval("n", ORIGIN, 2**64, 10),
+        Interval("n", ORIGIN, ORIGIN + SECOND, slot=0, task=3, reason="cancelled"),
+        Event("n", ORIGIN, EventKind.STARTED, 1, 0, 4, "", "qwen"),
+        Interval("n", ORIGIN, ORIGIN + SECOND, 10, slot=0, task=4, model="qwen"),
     ]
     assert _add_all(recs, p) == 4
     ns = p["nodes"]["n"]
@@ -453,11 +471,13 @@ def test_the_compiled_add_all_takes_requests_and_hands_back_the_rest() -> None:
         100,
     )
     assert (c.prompt_us, c.generation_us, c.histogram_us) == (5, 6, 3 * SECOND)
-    assert c.buckets[2] == 1 and sum(c.buckets) == 1  # (2 s, 5 s]
+    assert c.buckets[6] == 1 and sum(c.buckets) == 1  # (2.5 s, 5 s]
     assert ns.kinds["reconcile"].requests == 1 and ns.last_end_us == ORIGIN + 3 * SECOND
     assert p["pending"] == [(ORIGIN, ORIGIN + 3 * SECOND, 0, 1), (ORIGIN, ORIGIN + SECOND, 0, 2)]
     assert p["cache"][700] == 1 and p["cache"][10] == 2  # (1 + the kind's bit index)
-    for start in (5, 6, 7):  # a restart, a node it does not know, a time that does not fit
+    # a restart, a node it does not know, a time that does not fit, an occupancy without
+    # timing, a model instance's launch and its request: Python's
+    for start in range(5, 11):
         assert _add_all(recs, p, start) == start
     assert _add_all(recs, p, len(recs)) == len(recs)
 
@@ -484,11 +504,29 @@ def test_the_compiled_add_all_refuses_arguments_of_other_types() -> None:
 def test_the_compiled_sweep_sweeps_or_hands_back() -> None:
     s = SECOND
     pending = [(0, 4 * s, 0, 1), (2 * s, 6 * s, 1, 2), (5 * s, 20 * s, 0, 2)]
-    keep, conc, mix, busy = _accounting.sweep(pending, 0, 10 * s, 2, 2) or ([], [], [], [])
+    keep, conc, mix, busy, slot_busy = _accounting.sweep(pending, 0, 10 * s, 2, 2) or (
+        [],
+        [],
+        [],
+        [],
+        [],
+    )
     assert keep == [(10 * s, 20 * s, 0, 2)]
     assert conc == [0, 7 * s, 3 * s] and sum(conc) == 10 * s
     assert mix == [0, 2 * s, 6 * s, 2 * s]  # idle, extraction, reconcile, both
     assert busy == [9 * s, 4 * s]
+    assert slot_busy == [9 * s, 4 * s]
+    # bit 0: an occupancy of no kind (released without timing), busy but in no mix; two at once
+    # on one node: busy once, slot busy twice
+    pending = [(0, 4 * s, 0, 1), (2 * s, 6 * s, 0, 0), (3 * s, 5 * s, 0, 0), (1 * s, 3 * s, 1, 0)]
+    swept = _accounting.sweep(pending, 0, 10 * s, 2, 2)
+    assert swept == (
+        [],
+        [4 * s, 4 * s, 2 * s],
+        [6 * s, 4 * s, 0, 0],
+        [6 * s, 2 * s],
+        [10 * s, 2 * s],
+    )
     assert _accounting.sweep([(0, 2**63, 0, 1)], 0, 10, 1, 1) is None  # does not fit
     assert _accounting.sweep([(5, 3, 0, 1)], 0, 10, 1, 1) is None  # ends before it starts
     assert _accounting.sweep([(5, 8, 1, 1)], 0, 10, 1, 1) is None  # no such node
@@ -496,6 +534,6 @@ def test_the_compiled_sweep_sweeps_or_hands_back() -> None:
     assert _accounting.sweep([(-(2**62), 2**62, 0, 1)], -(2**62), 2**62, 1, 1) is None  # sums
     assert _accounting.sweep([(0, 10, 0, 1)], -(2**63), 10, 1, 1) is None
     assert _accounting.sweep([], -(2**63), 2**63 - 1, 1, 1) is None
-    assert _accounting.sweep([], 0, 10, 1, 1) == ([], [10, 0], [10, 0], [0])
+    assert _accounting.sweep([], 0, 10, 1, 1) == ([], [10, 0], [10, 0], [0], [0])
     with pytest.raises(TypeError):
         _accounting.sweep((), 0, 10, 1, 1)  # type: ignore[arg-type]

@@ -528,6 +528,8 @@ acc_nodes = st.sampled_from(ACC_NODES)
 ids = st.none() | st.integers(0, 3)
 counts = st.none() | st.integers(0, 2000)
 durations = st.none() | st.integers(0, 100 * SECOND)
+reasons = st.sampled_from(("", "", "", "cancelled", "error", "untimed"))  # "": a timed request
+models = st.sampled_from(("", "", "", "qwen", ":8081"))  # (router mode's model instances)
 
 
 @st.composite
@@ -544,11 +546,19 @@ def intervals(draw: st.DrawFn) -> Interval:
         generation_us=draw(durations),
         slot=draw(ids),
         task=draw(ids),
+        reason=draw(reasons),
+        model=draw(models),
     )
 
 
 events = st.builds(
-    Event, node=acc_nodes, time_us=times, kind=st.sampled_from(EventKind), slot=ids, task=ids
+    Event,
+    node=acc_nodes,
+    time_us=times,
+    kind=st.sampled_from(EventKind),
+    slot=ids,
+    task=ids,
+    model=st.sampled_from(("", "", "qwen")),
 )
 ops: st.SearchStrategy[list[Op]] = st.lists(
     st.one_of(
@@ -606,7 +616,13 @@ def base_acc() -> Accounting:
     acc.add(Event("b", ORIGIN + 60 * s, EventKind.STARTED, 7, 0, 9))
     acc.add(Interval("b", ORIGIN + 70 * s, ORIGIN + 200 * s, 50))
     acc.add(Event("a", ORIGIN + 61 * s, EventKind.PARSE_ERROR, detail="x"))
-    acc.add(Event("a", ORIGIN + 62 * s, EventKind.CANCELLED, 7, 1, 3))
+    acc.add(Event("a", ORIGIN + 58 * s, EventKind.STARTED, 7, 1, 3))
+    acc.add(Interval("a", ORIGIN + 58 * s, ORIGIN + 62 * s, slot=1, task=3, reason="cancelled"))
+    acc.add(Interval("b", ORIGIN + 25 * s, ORIGIN + 27 * s, slot=1, task=4, reason="error"))
+    acc.add(Event("a", ORIGIN + 62 * s, EventKind.LOST, 7, 2, 5))
+    acc.add(Event("a", ORIGIN + 1 * s, EventKind.SLOTS, 7, 3))
+    acc.add(Event("a", ORIGIN + 1 * s, EventKind.SERVER_UP, 7))
+    acc.add(Interval("b", ORIGIN + 31 * s, ORIGIN + 33 * s, 40, model="qwen"))
     acc.line_read("a", ORIGIN + 62 * s, 100)
     acc.line_read("b", ORIGIN + 200 * s, 50)
     acc.source_gap("a")
@@ -618,9 +634,13 @@ def base_acc() -> Accounting:
 NODE_FIELDS = (
     "newest_us",
     "busy_us",
+    "slot_busy_us",
     "last_end_us",
     "entries",
-    "cancelled",
+    "untimed",
+    "slots",
+    "server_up",
+    "models",
     "aborted",
     "restarts",
     "parse_errors",
@@ -1144,6 +1164,33 @@ def test_a_checkpoint_from_before_the_histogram_sum_restores_it_from_request_sec
     for name, ns in acc2.nodes.items():
         for k, c in ns.kinds.items():
             assert c.histogram_us == c.request_us == acc1.nodes[name].kinds[k].histogram_us
+
+
+def test_a_checkpoint_from_before_the_reasons_restores_its_cancels_as_cancelled() -> None:
+    """An older exporter counted `cancelled` per node (no seconds), and knew nothing of the
+    reasons, slots, server state, model instances or slot busy seconds."""
+    acc1 = base_acc()
+    state = json.loads(json.dumps(state_of(acc1)))
+    for i, node in enumerate(state["nodes"].values()):
+        for new in ("untimed", "slots", "server_up", "models", "slot_busy_us"):
+            del node[new]
+        node["cancelled"] = 5 + i
+    acc2 = new_acc(BASE_NODES, BASE_KINDS)
+    assert restore(acc2, state) == []
+    for i, name in enumerate(BASE_NODES):
+        n = acc2.snapshot().nodes[i]
+        assert n.untimed == {
+            "cancelled": (5 + i, 0),
+            "error": (0, 0),
+            "untimed": (0, 0),
+            "lost": (0, 0),
+        }
+        assert (n.slots, n.server_up, n.models, n.slot_busy_us) == (None, None, {}, 0)
+        assert n.busy_us == acc1.nodes[name].busy_us
+        assert n.kinds == acc1.snapshot().nodes[i].kinds
+    got = parse_metrics(Renderer("1.2.3").text(acc2.snapshot()))
+    assert sample(got, "smllm_requests_untimed_total", node="b", reason="cancelled") == 6
+    assert sample(got, "smllm_untimed_request_seconds_total", node="b", reason="cancelled") == 0
 
 
 def test_after_a_bucket_change_the_histogram_starts_again_whole() -> None:

@@ -28,7 +28,7 @@ from typing import IO
 
 import pytest
 
-from exporter.accounting import SECOND
+from exporter.accounting import REASONS, SECOND
 from exporter.demo import DemoLine, short_iso
 from exporter.kinds import DEFAULT_RULES, Kinds
 from exporter.times import iso
@@ -147,7 +147,8 @@ def emit(out: NodeLog, rng: random.Random, requests: list[Request]) -> None:
             f"slot      release: {ids} stop processing: n_past = {r.prompt + r.generated}, "
             "truncated = 0"
         )
-        if r.cancelled:
+        if r.cancelled:  # the client went away: the server's cancel line, then the stop
+            out.say(key, end - 10, seq, f"srv          stop: cancel task, id_task = {task}")
             out.say(key, end, seq, stop)
             out.say(key, end + 200, seq, "srv  outserver_r: request: POST /completion 499")
             continue
@@ -511,7 +512,12 @@ def test_sigkill_at_many_points(tmp_path: Path) -> None:
     mismatches = against_fresh(final, again)
     assert not mismatches, "\n".join(mismatches)
     assert total(again, "smllm_late_intervals_total") == 0
-    assert total(again, "smllm_requests_cancelled_total") > 0
+    assert total(again, "smllm_requests_untimed_total", reason="cancelled") > 0
+    assert total(again, "smllm_untimed_request_seconds_total", reason="cancelled") > 0
+    # (every occupancy without timing here is a client's cancel)
+    assert total(again, "smllm_requests_untimed_total") == total(
+        again, "smllm_requests_untimed_total", reason="cancelled"
+    )
     assert total(again, "smllm_parse_errors_total") == 4 * len(paths)
     assert value(again, "smllm_requests_aborted_total", node="node2") == 1
 
@@ -559,8 +565,19 @@ def against_report(samples: Samples, paths: Mapping[str, Path], since_us: int) -
             sample(samples, "smllm_node_busy_seconds_total", node=node),
             n.busy_us / SECOND,
         )
+        same(
+            f"smllm_slot_busy_seconds_total{{node={node}}}",
+            sample(samples, "smllm_slot_busy_seconds_total", node=node),
+            n.slot_busy_us / SECOND,
+        )
+        for reason in REASONS:
+            lbl = {"node": node, "reason": reason}
+            count, us = n.untimed[reason]
+            name = "smllm_requests_untimed_total"
+            same(f"{name}{lbl}", sample(samples, name, **lbl), count, True)
+            name = "smllm_untimed_request_seconds_total"
+            same(f"{name}{lbl}", sample(samples, name, **lbl), us / SECOND)
         for name, attr in (
-            ("smllm_requests_cancelled_total", "cancelled"),
             ("smllm_parse_errors_total", "parse_errors"),
             ("smllm_requests_aborted_total", "aborted"),
             ("smllm_server_restarts_total", "restarts"),
@@ -595,13 +612,15 @@ FRESH_EQUAL = (
     "smllm_request_duration_seconds_bucket",
     "smllm_request_duration_seconds_count",
     "smllm_request_duration_seconds_sum",
-    "smllm_requests_cancelled_total",
+    "smllm_requests_untimed_total",
+    "smllm_untimed_request_seconds_total",
     "smllm_parse_errors_total",
     "smllm_late_intervals_total",
     "smllm_requests_aborted_total",
     "smllm_server_restarts_total",
     "smllm_source_entries_total",
     "smllm_node_busy_seconds_total",
+    "smllm_slot_busy_seconds_total",
     "smllm_node_last_request_end_timestamp_seconds",
 )
 
@@ -626,9 +645,11 @@ def against_fresh(crashed: Samples, fresh: Samples) -> list[str]:
 
 
 def nothing_went_wrong(samples: Samples, node: str) -> None:
-    """No request of `node` cancelled, aborted or late, and no parse error."""
+    """No request of `node` cancelled (or released untimed for any reason, or lost), aborted or
+    late, and no parse error."""
+    for reason in REASONS:
+        assert value(samples, "smllm_requests_untimed_total", node=node, reason=reason) == 0, reason
     for name in (
-        "smllm_requests_cancelled_total",
         "smllm_parse_errors_total",
         "smllm_late_intervals_total",
         "smllm_requests_aborted_total",

@@ -62,8 +62,12 @@ DESIGN_METRICS = [
     "smllm_request_duration_seconds_bucket",
     "smllm_request_duration_seconds_sum",
     "smllm_request_duration_seconds_count",
-    "smllm_requests_cancelled_total",
+    "smllm_requests_untimed_total",
+    "smllm_untimed_request_seconds_total",
     "smllm_node_busy_seconds_total",
+    "smllm_slot_busy_seconds_total",
+    "smllm_node_slots",
+    "smllm_server_up",
     "smllm_node_requests_in_flight",
     "smllm_node_busy",
     "smllm_nodes_busy",
@@ -140,6 +144,24 @@ def test_every_metric_served_and_promtool_clean(dumps: dict[str, Path], tmp_path
     for node in NODES:
         for kind in ("extraction", "reconcile"):
             assert (sample(samples, "smllm_requests_total", node=node, kind=kind) or 0) > 0
+        # the demo's embeddings and client cancels: occupancies without timing, by reason
+        for reason in ("cancelled", "untimed"):
+            labels = {"node": node, "reason": reason}
+            assert (sample(samples, "smllm_requests_untimed_total", **labels) or 0) > 0
+            assert (sample(samples, "smllm_untimed_request_seconds_total", **labels) or 0) > 0
+        assert sample(samples, "smllm_requests_untimed_total", node=node, reason="lost") == 0
+        assert sample(samples, "smllm_node_slots", node=node) == 1  # its start-up line
+        assert sample(samples, "smllm_server_up", node=node) == 1
+        # (accounted up to the watermark, which may not have moved yet: at least as much)
+        busy = sample(samples, "smllm_node_busy_seconds_total", node=node)
+        slot_busy = sample(samples, "smllm_slot_busy_seconds_total", node=node)
+        assert busy is not None and slot_busy is not None and slot_busy >= busy
+    assert {dict(lbl)["reason"] for n, lbl in samples if n == "smllm_requests_untimed_total"} == {
+        "cancelled",
+        "error",
+        "untimed",
+        "lost",
+    }
     assert {dict(lbl)["mix"] for n, lbl in samples if n == "smllm_mix_seconds_total"} == {
         "idle",
         "extraction",
@@ -169,6 +191,14 @@ def test_series_exist_at_zero_from_start(tmp_path: Path) -> None:
                     == 0
                 )
             assert sample(samples, "smllm_node_busy_seconds_total", node=node) == 0
+            assert sample(samples, "smllm_slot_busy_seconds_total", node=node) == 0
+            for reason in ("cancelled", "error", "untimed", "lost"):
+                labels = {"node": node, "reason": reason}
+                assert sample(samples, "smllm_requests_untimed_total", **labels) == 0
+                assert sample(samples, "smllm_untimed_request_seconds_total", **labels) == 0
+            # nothing said yet: the slots and the server's state are not known
+            assert sample(samples, "smllm_node_slots", node=node) is None
+            assert sample(samples, "smllm_server_up", node=node) is None
             assert (
                 sample(samples, "smllm_node_last_request_end_timestamp_seconds", node=node) is None
             )

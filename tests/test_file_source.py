@@ -412,8 +412,11 @@ def test_resume_that_does_not_fit_starts_from_the_beginning(tmp_path: Path, case
 
 # -- 8. the keyword filter loses nothing ---------------------------------------------------------------
 
-# (ms after T0, pid, message): every era, starts, stops, a cancel, a restart, and noise between.
+# (ms after T0, pid, message): every era, starts, stops, a cancel, an error, a restart, the
+# server's state, and noise between.
 JOURNAL: list[tuple[int, int, str | bytes]] = [
+    (0, 1, "Started sm-llm.service - llama-server."),  # systemd's: the server runs
+    (0, PID, "srv    load_model: initializing slots, n_slots = 2"),
     (0, PID, LAUNCH.format(t=36)),
     (1, PID, NOISE),
     (
@@ -429,8 +432,23 @@ JOURNAL: list[tuple[int, int, str | bytes]] = [
     (4535, PID, RELEASE.format(t=36)),
     (4536, PID, NOISE),
     (5000, PID, LAUNCH.format(t=37)),
+    (5099, PID, "W srv          stop: cancel task, id_task = 37"),
     (5100, PID, RELEASE.format(t=37)),  # never timed: a cancel
     *[(6000 + i, PID, NOISES[i % len(NOISES)]) for i in range(20)],
+    (6500, PID, LAUNCH.format(t=39)),
+    (
+        6600,
+        PID,
+        "E srv    send_error: task id = 39, error: request (4804 tokens) exceeds the available "
+        "context size (512 tokens), try increasing it",
+    ),
+    (6601, PID, RELEASE.format(t=39)),  # never timed: an error
+    (
+        6700,
+        PID,
+        'srv  log_server_r: request:  {"prompt": "slot print_timing: id  0 | task 99 |       '
+        'total time =    1.00 ms /   5 tokens"}',  # a request body quoting one: no request
+    ),
     (7000, PID, b"srv  \xff\xfe not utf-8 noise"),
     (8000, PID, LAUNCH.format(t=38).replace("id  0", "id  1")),
     (12535, PID, "slot print_timing: id  1 | task 38 | "),  # era C header, body with \r
@@ -496,27 +514,34 @@ def test_filtered_lines_parse_like_every_line(tmp_path: Path, form: str, chunk: 
     assert intervals == want_intervals
     assert records == want_records
     assert not any(b.errors for b in batches)
-    # not a vacuous comparison: every era's request, the starts, cancels and the restart are in
-    assert [(i.task, i.tokens, i.duration_us) for i in intervals] == [
-        (36, 505, 4_535_450),
-        (38, 505, 4_535_450),
-        (408, 505, 4_535_450),
-        (None, 730, 47_390_060),
+    # not a vacuous comparison: every era's request, the starts, cancels, the error, the server's
+    # state and the restart are in (the cancels and the error from their launch to their release)
+    assert [(i.task, i.tokens, i.duration_us, i.reason) for i in intervals] == [
+        (36, 505, 4_535_450, ""),
+        (37, None, 100_000, "cancelled"),
+        (39, None, 101_000, "error"),
+        (38, 505, 4_535_450, ""),
+        (408, 505, 4_535_450, ""),
+        (409, None, 100_000, "cancelled"),
+        (None, 730, 47_390_060, ""),
     ]
-    assert intervals[1].prompt_tokens == 381  # the \r body of era C, an array of bytes in JSON
+    assert intervals[3].prompt_tokens == 381  # the \r body of era C, an array of bytes in JSON
     events = [r for r in records.elements() if isinstance(r, Event)]
     assert Counter((e.kind, e.task) for e in events) == Counter(
         {
+            (EventKind.SERVER_UP, None): 1,
+            (EventKind.SLOTS, None): 1,
             (EventKind.STARTED, 36): 1,
             (EventKind.STARTED, 37): 1,
             (EventKind.STARTED, 38): 1,
+            (EventKind.STARTED, 39): 1,
             (EventKind.STARTED, 408): 1,
             (EventKind.STARTED, 409): 1,
-            (EventKind.CANCELLED, 37): 1,
-            (EventKind.CANCELLED, 409): 1,
             (EventKind.RESTART, None): 1,
         }
     )
+    (slots,) = [e for e in events if e.kind is EventKind.SLOTS]
+    assert slots.slot == 2
 
 
 def test_json_byte_array_message_is_handed_over_decoded(tmp_path: Path) -> None:

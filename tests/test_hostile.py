@@ -194,7 +194,8 @@ def test_two_pids_interleaving_are_one_restart_and_nothing_aborted() -> None:
         T0 + 60 * SECOND,  # (and a minute passes)
     )
     ns = acc.nodes[NODE]
-    assert (ns.restarts, ns.aborted, ns.cancelled, ns.late) == (1, 0, 0, 0)
+    untimed = sum(n for n, _ in ns.untimed.values())  # (cancelled, error, untimed, lost)
+    assert (ns.restarts, ns.aborted, untimed, ns.late) == (1, 0, 0, 0)
     assert sum(c.requests for c in ns.kinds.values()) == 3 and not ns.in_flight
 
 
@@ -223,7 +224,8 @@ def test_one_line_stamped_years_ahead_decides_no_stop_and_no_server_gone() -> No
     batch((now + AHEAD_10Y, 2222, TOTAL.format(s=2, t=9)))  # the broken clock
     batch((now, 2222, TOTAL.format(s=0, t=1)), (now + 1, 1111, TOTAL.format(s=1, t=57)))
     ns = acc.nodes[NODE]
-    assert (ns.cancelled, ns.aborted, ns.restarts) == (0, 0, 1)
+    untimed = sum(n for n, _ in ns.untimed.values())  # (no release decided untimed)
+    assert (untimed, ns.aborted, ns.restarts) == (0, 0, 1)
     assert sum(c.requests for c in ns.kinds.values()) == 3
     # and the future request's busy time waits in no list (nor the checkpoint) for ten years
     assert all(s <= now + CLOCK_ALLOWANCE_US for s, _, _, _ in state_of(acc)["pending"])
@@ -239,6 +241,25 @@ def test_launches_whose_ends_never_come_stay_within_the_slots() -> None:
     acc = _through(lines, T0 + 200 * SECOND)
     ns = acc.nodes[NODE]
     assert len(ns.in_flight) == 1 and ns.parse_errors == 50_000
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "pure"])
+def test_a_request_body_quoting_slot_lines_is_no_request(compiled: bool) -> None:
+    """A debug line logs a client's request whose text quotes a launch, a timing and a release
+    line (the client pasted a log): only a slot line that opens its line (after the elapsed or
+    wall-clock prefix) is a request."""
+    quoted = " ".join(f(s=0, t=7) for f in (LAUNCH.format, TOTAL.format, RELEASE.format))
+    lines = [
+        f'srv  log_server_r: request:  {{"messages": [{{"content": "{quoted}"}}]}}',
+        f"0.01.302.306 D srv  log_server_r: request body: {quoted}",
+        f"0.01.302.307 I {TOTAL.format(s=0, t=8)}",  # the elapsed prefix: a request
+        TOTAL.format(s=1, t=9),  # no prefix: a request
+    ]
+    parser = Parser(NODE)
+    feed = parser.feed_all if compiled else parser.feed_reference
+    out = feed(tuple(LogLine(NODE, T0 + i * SECOND, "", 4242, m) for i, m in enumerate(lines)))
+    out += parser.flush(T0 + 60 * SECOND)
+    assert [(type(r), r.task) for r in out] == [(Interval, 8), (Interval, 9)]
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from exporter.accounting import SECOND, Snapshot
+from exporter.accounting import REASONS, SECOND, Snapshot
 from exporter.config import Config, JournalNode
 from exporter.daemon import Daemon
 from exporter.demo import DemoLine, node_lines
@@ -205,6 +205,7 @@ class JournalWriter:
 
 LAUNCH = "slot launch_slot_: id  0 | task {} | processing task"
 RELEASE = "slot      release: id  0 | task {} | stop processing: n_past = {}, truncated = 0"
+CANCEL = "srv          stop: cancel task, id_task = {}"
 NOISE = "srv  log_server_r: request: POST /v1/chat/completions 127.0.0.1 200"
 IDLE = "srv  update_slots: all slots are idle"
 
@@ -239,7 +240,8 @@ def era_d_total(task: int, tokens: int, total_cs: int) -> str:
 
 def era_c_lines(seed: int, start_us: int, end_us: int) -> list[DemoLine]:
     """An era C llama-server: the stop line before the block, some requests cancelled
-    (stopped, never timed), and one restart (a new PID) in the middle of a request."""
+    (the client's cancel line, then the stop, never timed), and one restart (a new PID) in the
+    middle of a request."""
     rng = random.Random(seed)
     pid = 7000 + rng.randrange(1000)
     task = rng.randrange(10, 400)
@@ -259,8 +261,11 @@ def era_c_lines(seed: int, start_us: int, end_us: int) -> list[DemoLine]:
             task = rng.randrange(10, 400)
             continue
         prompt, generated = rng.randrange(100, 900), rng.randrange(3, 120)
+        timed = rng.random() > 0.08  # else cancelled: the stop line and no timing block
+        if not timed:
+            out.append(DemoLine(end - 45, pid, CANCEL.format(task)))
         out.append(DemoLine(end - 40, pid, RELEASE.format(task, prompt + generated)))
-        if rng.random() > 0.08:  # else cancelled: the stop line and no timing block
+        if timed:
             block = era_c_block(task, prompt, generated, total_cs)
             out += [DemoLine(end - 30 + 10 * i, pid, m) for i, m in enumerate(block)]
         out.append(DemoLine(end + 200, pid, NOISE))
@@ -948,7 +953,9 @@ def test_sigkill_mid_stream_never_goes_back_and_ends_exact(tmp_path: Path) -> No
     assert not problems, problems
     assert sum(c.requests for n in snap.nodes for c in n.kinds.values()) > 500
     assert {n.name: (n.restarts, n.aborted) for n in snap.nodes} == {"a": (0, 0), "b": (1, 1)}
-    assert next(n for n in snap.nodes if n.name == "b").cancelled > 3
+    b = next(n for n in snap.nodes if n.name == "b")
+    assert b.untimed["cancelled"][0] > 3 and b.untimed["cancelled"][1] > 0
+    assert b.slot_busy_us >= b.busy_us > 0
 
 
 def compare(samples: Samples, snap: Snapshot) -> list[str]:
@@ -962,8 +969,25 @@ def compare(samples: Samples, snap: Snapshot) -> list[str]:
     for n in snap.nodes:
         node = n.name
         same(f"{node} busy", sample(samples, "smllm_node_busy_seconds_total", node=node), n.busy_us)
+        same(
+            f"{node} slot busy",
+            sample(samples, "smllm_slot_busy_seconds_total", node=node),
+            n.slot_busy_us,
+        )
+        for reason in REASONS:
+            count, us = n.untimed[reason]
+            same(
+                f"{node} {reason} untimed",
+                sample(samples, "smllm_requests_untimed_total", node=node, reason=reason),
+                count,
+                1,
+            )
+            same(
+                f"{node} {reason} untimed seconds",
+                sample(samples, "smllm_untimed_request_seconds_total", node=node, reason=reason),
+                us,
+            )
         for name, value in (
-            ("smllm_requests_cancelled_total", n.cancelled),
             ("smllm_requests_aborted_total", n.aborted),
             ("smllm_server_restarts_total", n.restarts),
             ("smllm_parse_errors_total", n.parse_errors),

@@ -335,14 +335,45 @@ STOP = "slot      release: id  0 | task {t} | stop processing: n_past = 505, tru
 TOTAL_D = "slot print_timing: id  0 | task {t} |       total time =    4535.45 ms /   505 tokens"
 
 
+CANCEL = "W srv          stop: cancel task, id_task = {t}"
+SEND_ERROR = (
+    "E srv    send_error: task id = {t}, error: request (4804 tokens) exceeds the available "
+    "context size (512 tokens), try increasing it"
+)
+
+# An event as (kind, task); an occupancy without timing as (reason, task, start ms, end ms)
+Step = tuple[EventKind, int | None] | tuple[str, int | None, int, int]
+
+
 def kinds(events: list[Event]) -> list[tuple[EventKind, int | None]]:
     return [(e.kind, e.task) for e in events]
 
 
+def trace(records: list[Record]) -> list[Step]:
+    """The events and the untimed occupancies, in the order they came (timed requests left
+    out: they are counted apart)."""
+    steps: list[Step] = []
+    for r in records:
+        if isinstance(r, Event):
+            steps.append((r.kind, r.task))
+        elif r.reason:
+            assert r.tokens is r.prompt_us is r.generation_us is None
+            steps.append((r.reason, r.task, (r.start_us - T0) // 1000, (r.end_us - T0) // 1000))
+    return steps
+
+
+def feed_records(lines: list[tuple[int, str]]) -> list[Record]:
+    parser = Parser("n0")
+    out: list[Record] = []
+    for t_ms, msg in lines:
+        out += parser.feed(LogLine("n0", T0 + t_ms * 1000, "", 100, msg))
+    return out
+
+
 @pytest.mark.parametrize(
-    ("lines", "n_intervals", "events"),
+    ("lines", "n_intervals", "steps"),
     [
-        # older servers: stop before the block; newer: after it. Neither is a cancel.
+        # older servers: stop before the block; newer: after it. Neither is untimed.
         (
             [
                 (0, START.format(t=1)),
@@ -373,7 +404,42 @@ def kinds(events: list[Event]) -> list[tuple[EventKind, int | None]]:
             1,
             [(EventKind.STARTED, 1)],
         ),
-        # stop, no timing within 1 s of journal time: cancelled at the next line after that
+        # a client cancel, no timing within 1 s of journal time: decided at the next line
+        # after that, an occupancy from the launch to the release
+        (
+            [
+                (0, START.format(t=1)),
+                (299, CANCEL.format(t=1)),
+                (300, STOP.format(t=1)),
+                (1200, "unrelated"),
+                (1301, "unrelated"),
+            ],
+            0,
+            [(EventKind.STARTED, 1), ("cancelled", 1, 0, 300)],
+        ),
+        # the cancel line may come just after the release (within the second)
+        (
+            [
+                (0, START.format(t=1)),
+                (300, STOP.format(t=1)),
+                (1299, CANCEL.format(t=1)),
+                (1301, "unrelated"),
+            ],
+            0,
+            [(EventKind.STARTED, 1), ("cancelled", 1, 0, 300)],
+        ),
+        # ... but not later: by then the release was decided, untimed
+        (
+            [
+                (0, START.format(t=1)),
+                (300, STOP.format(t=1)),
+                (1301, CANCEL.format(t=1)),
+                (2400, "unrelated"),
+            ],
+            0,
+            [(EventKind.STARTED, 1), ("untimed", 1, 0, 300)],
+        ),
+        # released with no timing and no cancel line (an embedding, a rerank): untimed
         (
             [
                 (0, START.format(t=1)),
@@ -382,13 +448,46 @@ def kinds(events: list[Event]) -> list[tuple[EventKind, int | None]]:
                 (1301, "unrelated"),
             ],
             0,
-            [(EventKind.STARTED, 1), (EventKind.CANCELLED, 1)],
+            [(EventKind.STARTED, 1), ("untimed", 1, 0, 300)],
         ),
-        # stop, and the next start on the slot comes first: cancelled then
+        # an error sent for the task: error
+        (
+            [
+                (0, START.format(t=1)),
+                (250, SEND_ERROR.format(t=1)),
+                (300, STOP.format(t=1)),
+                (1301, "unrelated"),
+            ],
+            0,
+            [(EventKind.STARTED, 1), ("error", 1, 0, 300)],
+        ),
+        # another task's cancel line marks only that task
+        (
+            [
+                (0, START.format(t=1)),
+                (250, CANCEL.format(t=7)),
+                (300, STOP.format(t=1)),
+                (1301, "unrelated"),
+            ],
+            0,
+            [(EventKind.STARTED, 1), ("untimed", 1, 0, 300)],
+        ),
+        # a cancel, and the next start on the slot comes first: decided then
+        (
+            [
+                (0, START.format(t=1)),
+                (299, CANCEL.format(t=1)),
+                (300, STOP.format(t=1)),
+                (400, START.format(t=2)),
+            ],
+            0,
+            [(EventKind.STARTED, 1), ("cancelled", 1, 0, 300), (EventKind.STARTED, 2)],
+        ),
+        # untimed, and the next start on the slot comes first: decided then
         (
             [(0, START.format(t=1)), (300, STOP.format(t=1)), (400, START.format(t=2))],
             0,
-            [(EventKind.STARTED, 1), (EventKind.CANCELLED, 1), (EventKind.STARTED, 2)],
+            [(EventKind.STARTED, 1), ("untimed", 1, 0, 300), (EventKind.STARTED, 2)],
         ),
         # task -1 lines are not requests, timing lines neither (even garbled ones)
         ([(0, START.format(t=-1)), (10, STOP.format(t=-1)), (5000, "x")], 0, []),
@@ -402,7 +501,7 @@ def kinds(events: list[Event]) -> list[tuple[EventKind, int | None]]:
             0,
             [],
         ),
-        # era B start and release (the release comes after the block: no cancel)
+        # era B start and release (the release comes after the block: not untimed)
         (
             [
                 (0, "INFO [   launch_slot_with_task] slot is processing task | " + B_TAIL),
@@ -422,7 +521,7 @@ def kinds(events: list[Event]) -> list[tuple[EventKind, int | None]]:
             1,
             [(EventKind.STARTED, 408)],
         ),
-        # era B cancel: released, never timed
+        # era B cancel: released, never timed (those builds log no cancel line)
         (
             [
                 (0, "INFO [   launch_slot_with_task] slot is processing task | " + B_TAIL),
@@ -430,7 +529,7 @@ def kinds(events: list[Event]) -> list[tuple[EventKind, int | None]]:
                 (2000, "x"),
             ],
             0,
-            [(EventKind.STARTED, 408), (EventKind.CANCELLED, 408)],
+            [(EventKind.STARTED, 408), ("cancelled", 408, 0, 10)],
         ),
     ],
     ids=[
@@ -438,19 +537,23 @@ def kinds(events: list[Event]) -> list[tuple[EventKind, int | None]]:
         "stop-after-block",
         "newest-wording",
         "cancel-by-time",
+        "cancel-line-after-release",
+        "cancel-line-too-late",
+        "untimed-by-time",
+        "error",
+        "other-tasks-cancel",
         "cancel-by-next-start",
+        "untimed-by-next-start",
         "task-minus-one",
         "task-minus-one-timing",
         "era-b-release",
         "era-b-cancel",
     ],
 )
-def test_start_stop(
-    lines: list[tuple[int, str]], n_intervals: int, events: list[tuple[EventKind, int]]
-) -> None:
-    intervals, evs = feed(lines)  # type: ignore[arg-type]
-    assert len(intervals) == n_intervals
-    assert kinds(evs) == events
+def test_start_stop(lines: list[tuple[int, str]], n_intervals: int, steps: list[Step]) -> None:
+    out = feed_records(lines)
+    assert len([r for r in out if isinstance(r, Interval) and not r.reason]) == n_intervals
+    assert trace(out) == steps
 
 
 LONG = "9" * 5000  # more digits than int() takes from a string
@@ -485,9 +588,16 @@ def test_flush_decides_a_waiting_stop_without_new_lines() -> None:
     p.feed(LogLine("n0", T0, "", 100, START.format(t=1)))
     p.feed(LogLine("n0", T0 + 300_000, "", 100, STOP.format(t=1)))
     assert p.flush(T0 + 1_300_000) == []
-    (ev,) = p.flush(T0 + 1_300_001)
-    assert isinstance(ev, Event)
-    assert (ev.kind, ev.task, ev.time_us) == (EventKind.CANCELLED, 1, T0 + 300_000)
+    (iv,) = p.flush(T0 + 1_300_001)
+    assert isinstance(iv, Interval)
+    assert (iv.reason, iv.slot, iv.task, iv.start_us, iv.end_us, iv.tokens) == (
+        "untimed",
+        0,
+        1,
+        T0,
+        T0 + 300_000,
+        None,
+    )
 
 
 def test_new_pid_is_a_restart_and_drops_the_block() -> None:
@@ -500,7 +610,12 @@ def test_new_pid_is_a_restart_and_drops_the_block() -> None:
             (5000, "      total time =    4535.45 ms", 200),
         ]
     )
-    assert [(e.kind, e.pid) for e in events] == [(EventKind.STARTED, 100), (EventKind.RESTART, 200)]
+    # (systemd's line says the server runs: its up state, from unknown)
+    assert [(e.kind, e.pid) for e in events] == [
+        (EventKind.STARTED, 100),
+        (EventKind.SERVER_UP, 1),
+        (EventKind.RESTART, 200),
+    ]
     assert len(intervals) == 1
     assert (intervals[0].task, intervals[0].tokens, intervals[0].prompt_tokens) == (
         None,
@@ -528,19 +643,25 @@ def test_a_restart_on_a_garbled_line_forgets_the_old_servers_launches(
 
 
 def test_an_old_servers_waiting_stop_is_decided_in_its_own_context() -> None:
-    _, events = feed(
-        [
-            (0, START.format(t=1), 100),
-            (10, STOP.format(t=1), 100),
-            (20, START.format(t=1), 200),  # the new server's task 1: another request
-            (2000, D + TOTAL_C, 200),  # (and time passes)
-        ]
-    )
-    assert [(e.kind, e.pid) for e in events] == [
+    p = Parser("n0")
+    out: list[Record] = []
+    for t, msg, pid in [
+        (0, START.format(t=1), 100),
+        (5, CANCEL.format(t=1), 100),
+        (10, STOP.format(t=1), 100),
+        (20, START.format(t=1), 200),  # the new server's task 1: another request
+        (2000, D + TOTAL_C, 200),  # (and time passes)
+    ]:
+        out += p.feed(LogLine("n0", T0 + t * 1000, "", pid, msg))
+    assert [
+        (r.kind, r.pid) if isinstance(r, Event) else (r.reason, r.pid, r.start_us, r.end_us)
+        for r in out
+    ] == [
         (EventKind.STARTED, 100),
         (EventKind.RESTART, 200),
         (EventKind.STARTED, 200),
-        (EventKind.CANCELLED, 100),
+        ("cancelled", 100, T0, T0 + 10_000),
+        ("", 200, T0 + 2_000_000 - ms_to_us("4535.45"), T0 + 2_000_000),
     ]
 
 
@@ -612,10 +733,10 @@ def test_lines_with_no_pid_before_the_first_pid_are_that_servers() -> None:
         )
     )
     out += p.flush(T0 + 2_000_000)
-    assert [(r.kind, r.task) for r in out if isinstance(r, Event)] == [
+    assert trace(out) == [
         (EventKind.STARTED, 1),
         (EventKind.STARTED, 2),
-        (EventKind.CANCELLED, 1),
+        ("untimed", 1, 0, 500),
     ]
     assert (p.pid, p.others) == (4242, {})
 
@@ -632,6 +753,10 @@ def test_each_server_has_its_own_slot_count() -> None:
     out = p.feed_all((big, *launches, small, one_more))
     assert not [r for r in out if isinstance(r, Event) and r.kind is EventKind.LOST]
     assert p.pid == 100 and p.n_slots == 8 and p.others[200].n_slots == 1
+    assert [(r.pid, r.slot) for r in out if isinstance(r, Event) and r.kind is EventKind.SLOTS] == [
+        (100, 8),
+        (200, 1),
+    ]
 
 
 def test_a_pid_logging_long_after_the_newest_began_is_a_second_server_given_more_time() -> None:
@@ -657,11 +782,31 @@ def test_a_server_that_says_it_exits_aborts_what_it_held_at_once() -> None:
     p = Parser("n0")
     p.feed(LogLine("n0", T0, "", 100, START.format(t=5)))
     p.feed(LogLine("n0", T0 + 10, "", 200, START.format(t=1).replace("id  0", "id  1")))
-    # the old server's own last words, after the new one started
+    # the old server's own last words, after the new one started (which still runs: the
+    # node's server is not down)
     (gone,) = p.feed(LogLine("n0", T0 + 20, "", 100, "main: cleaning up before exit..."))
     assert isinstance(gone, Event)
     assert (gone.kind, gone.pid, gone.task, gone.time_us) == (EventKind.ABORTED, 100, 5, T0 + 20)
     assert p.flush(T0 + 2 * PID_GONE_US) == [] and list(p.started) == [(1, 1)]
+
+
+def test_the_last_server_saying_it_exits_is_the_server_down() -> None:
+    p = Parser("n0")
+    slots = "srv    load_model: initializing slots, n_slots = 3"
+    out = p.feed_all(
+        (
+            LogLine("n0", T0, "", 100, slots),
+            LogLine("n0", T0 + 10, "", 100, START.format(t=5)),
+            LogLine("n0", T0 + 20, "", 100, "main: cleaning up before exit..."),
+        )
+    )
+    assert [(r.kind, r.time_us, r.slot) for r in out if isinstance(r, Event)] == [
+        (EventKind.SLOTS, T0, 3),
+        (EventKind.SERVER_UP, T0, None),
+        (EventKind.STARTED, T0 + 10, 0),
+        (EventKind.ABORTED, T0 + 20, 0),
+        (EventKind.SERVER_DOWN, T0 + 20, None),
+    ]
 
 
 def test_a_launch_on_a_slot_that_holds_a_request_ends_the_older_one_as_lost() -> None:
@@ -740,8 +885,7 @@ def test_state_round_trip_mid_block() -> None:
 
 def test_stop_of_a_request_launched_before_reading_began_is_no_cancel() -> None:
     """The journal was read from `since`, between a request's timing block and its release."""
-    _, events = feed([(30, STOP.format(t=1)), (5000, "x")])
-    assert events == []
+    assert feed([(30, STOP.format(t=1)), (5000, "x")]) == ([], [])
 
 
 def test_started_survives_a_checkpoint() -> None:
@@ -749,8 +893,21 @@ def test_started_survives_a_checkpoint() -> None:
     p.feed(LogLine("n0", T0, "", 100, START.format(t=1)))
     resumed = Parser.from_state("n0", p.state())
     resumed.feed(LogLine("n0", T0 + 10_000, "", 100, STOP.format(t=1)))
-    (ev,) = resumed.flush(T0 + 2_000_000)
-    assert isinstance(ev, Event) and (ev.kind, ev.task) == (EventKind.CANCELLED, 1)
+    (iv,) = resumed.flush(T0 + 2_000_000)
+    assert isinstance(iv, Interval)
+    assert (iv.reason, iv.task, iv.start_us, iv.end_us) == ("untimed", 1, T0, T0 + 10_000)
+
+
+def test_a_cancel_line_survives_a_checkpoint_between_it_and_the_release() -> None:
+    p = Parser("n0")
+    p.feed(LogLine("n0", T0, "", 100, START.format(t=1)))
+    p.feed(LogLine("n0", T0 + 5_000, "", 100, CANCEL.format(t=1)))
+    resumed = Parser.from_state("n0", json.loads(json.dumps(p.state())))
+    assert resumed == p
+    resumed.feed(LogLine("n0", T0 + 10_000, "", 100, STOP.format(t=1)))
+    (iv,) = resumed.flush(T0 + 2_000_000)
+    assert isinstance(iv, Interval)
+    assert (iv.reason, iv.task, iv.start_us, iv.end_us) == ("cancelled", 1, T0, T0 + 10_000)
 
 
 def test_a_line_the_parser_fails_on_is_a_parse_error_and_the_state_rolls_back(

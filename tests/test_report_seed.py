@@ -121,10 +121,13 @@ def node_entries(case: Case, i: int) -> list[tuple[int, str | bytes]]:
     task = 1000 * i + 7
 
     def cancelled(t_us: int) -> None:
+        """A request its client gave up on at once: the seed never sees it, and it held its
+        slot for no time, so the seed's figures stand (ours count it, as cancelled)."""
         nonlocal task
         e.add(t_us, f"slot launch_slot_: id  0 | task {task} | processing task")
+        e.add(t_us, f"srv          stop: cancel task, id_task = {task}")
         e.add(
-            t_us + SECOND,
+            t_us,
             f"slot      release: id  0 | task {task} | stop processing: n_tokens = 12, truncated = 0",
         )
         e.add(t_us + SECOND, "srv  update_slots: all slots are idle")
@@ -341,8 +344,19 @@ def run_ours(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     return capsys.readouterr().out
 
 
-def assert_text_agrees(run: SeedRun, out: str) -> None:
+def cancels(case: Case) -> int:
+    """The requests cancelled at once in the case's window (see `cancelled`)."""
+    return sum(1 for node in case.nodes for r in node.reqs if r.cancel_in_gap and r.gap >= 6)
+
+
+def assert_text_agrees(run: SeedRun, out: str, cancelled: int = 0) -> None:
     ours = out.splitlines()
+    # the one line the seed has no counterpart of: there only when there were such requests
+    untimed = [line for line in ours if line.startswith("  untimed occupancy:")]
+    assert untimed == (
+        [f"  untimed occupancy: cancelled {cancelled} (0.0 node-min)"] if cancelled else []
+    )
+    ours = [line for line in ours if line not in untimed]
     n = len(run.lines)
     assert ours[:n] == run.lines
     if run.crashed:
@@ -352,9 +366,10 @@ def assert_text_agrees(run: SeedRun, out: str) -> None:
         assert ours[n + 2 : n + 2 + len(run.after_crash)] == run.after_crash
 
 
-def assert_json_agrees(run: SeedRun, j: dict[str, Any], split: int) -> None:
+def assert_json_agrees(run: SeedRun, j: dict[str, Any], split: int, cancelled: int = 0) -> None:
     # the seed's numbers, exactly: every figure is a multiple of 0.5 s, so floats hold them exactly
     assert j["window_seconds"] == run.wall
+    assert sum(n["untimed"]["cancelled"]["requests"] for n in j["nodes"].values()) == cancelled
     assert list(j["nodes"]) == list(run.nodes)
     for name, reqs in run.nodes.items():
         node = j["nodes"][name]
@@ -402,9 +417,9 @@ def check_case(case: Case, directory: Path, capsys: pytest.CaptureFixture[str]) 
         mixed_paths.append(p)
     run = seed_run(case)
     text = run_ours(capsys, report_argv(case, text_paths, "text"))
-    assert_text_agrees(run, text)
+    assert_text_agrees(run, text, cancels(case))
     out_json = run_ours(capsys, report_argv(case, text_paths, "json"))
-    assert_json_agrees(run, json.loads(out_json), case.split_tokens)
+    assert_json_agrees(run, json.loads(out_json), case.split_tokens, cancels(case))
     if mixed_paths != text_paths:  # JSON dumps give ours the very same report
         assert run_ours(capsys, report_argv(case, mixed_paths, "text")) == text
         assert run_ours(capsys, report_argv(case, mixed_paths, "json")) == out_json
@@ -491,7 +506,7 @@ def test_subprocess(tmp_path: Path) -> None:
         cwd=REPO,
         timeout=60,
     )
-    assert_text_agrees(seed_run(case), proc.stdout)
+    assert_text_agrees(seed_run(case), proc.stdout, cancels(case))
 
 
 SEED_ABSENT_OUTSIDE_CI = not SEED_SCRIPT.is_file() and not os.environ.get("CI")

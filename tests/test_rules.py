@@ -4,9 +4,11 @@
 fire every alert and series that must not) and `promtool check config` on the example run here
 with the real Debian promtool. The rest reads the files: every alert carries a severity, a
 summary, a description and a runbook, is tested both ways and is explained in the README; the
-idle-node alert needs no launch lines; the dashboard is provisionable (a stable uid, a
-`datasource` variable used by every panel and query, a multi-value `node` variable used by every
-per-node query) and every panel says what it shows and what to do.
+idle-node alert needs no launch lines and leaves a stopped server to SmLlmServerDown; the
+dashboard is provisionable (a stable uid, a `datasource` variable used by every panel and query,
+a multi-value `node` variable used by every per-node query) and every panel says what it shows
+and what to do; the README's metric table names every metric the exporter serves and the rules
+and the dashboard read, and no removed one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ DASHBOARD = GRAFANA / "sm-llm-exporter.json"
 PROVISIONING = GRAFANA / "provisioning"
 # Where the alerts are explained.
 DOCS = [REPO / "README.md"]
+README = REPO / "README.md"
+COLLECTOR = REPO / "exporter" / "collector.py"
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SEVERITIES = {"info", "warning", "critical"}
@@ -51,6 +55,11 @@ START_LINE_METRICS = {
     "smllm_node_requests_in_flight",
     "smllm_node_oldest_in_flight_start_timestamp_seconds",
 }
+# Metrics the exporter no longer serves, and what took their place.
+REMOVED_METRICS = {
+    "smllm_requests_cancelled_total": 'smllm_requests_untimed_total{reason="cancelled"}',
+}
+HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 NUMBER = re.compile(r"\d+(?:\.\d+)?[smhdwy]?")
 
@@ -204,8 +213,14 @@ def test_node_idle_alert() -> None:
     assert {"smllm_node_busy_seconds_total", "smllm_concurrency_seconds_total"} <= raw
     # ... never a gauge that only launch lines move.
     assert not raw & START_LINE_METRICS, raw & START_LINE_METRICS
-    # Not while the exporter's scrape or the node's journal is down: other alerts cover those.
-    assert {"up", "smllm_source_up"} <= raw
+    # Not while the exporter's scrape, the node's journal or its llama-server is down: other
+    # alerts cover those.
+    assert {"up", "smllm_source_up", "smllm_server_up"} <= raw
+    # The server's state only ever silences it (`unless`): a node whose journal never said
+    # anything about its server (no smllm_server_up series) is watched as before.
+    expr = str(idle["expr"])
+    assert re.search(r"\bunless\s+(?:on\s*\([^)]*\)\s*)?smllm_server_up\s*==\s*0\b", expr), expr
+    assert not re.search(r"\band\b[^\n]*smllm_server_up", expr), expr
     fired_for = {
         alert["exp_labels"].get("node")
         for group in load_yaml(RULES_TEST)["tests"]
@@ -214,6 +229,41 @@ def test_node_idle_alert() -> None:
         for alert in case.get("exp_alerts") or []
     }
     assert fired_for and None not in fired_for, "SmLlmNodeIdle must carry the node label"
+
+
+def test_server_down_alert() -> None:
+    (down,) = [a for a in alerts() if a["alert"] == "SmLlmServerDown"]
+    assert down["for"] == "5m"
+    assert down["labels"]["severity"] == "warning"
+    # The server's last word, only while the journal that says it is followed.
+    assert depends_on(str(down["expr"])) == {"smllm_server_up", "smllm_source_up"}
+    # rules_test.yml has SmLlmNodeIdle cases beside a server stopped from the start.
+    silenced = [
+        group
+        for group in load_yaml(RULES_TEST)["tests"]
+        if any(
+            "smllm_server_up" in s["series"] and s["values"].startswith("0")
+            for s in group["input_series"]
+        )
+        and any(c["alertname"] == "SmLlmNodeIdle" for c in group.get("alert_rule_test", []))
+    ]
+    assert silenced
+
+
+def test_slot_utilisation_rule() -> None:
+    (rule,) = [r for r in recordings() if r["record"] == "smllm:slot_utilisation:rate5m"]
+    expr = str(rule["expr"])
+    assert depends_on(expr) >= {"smllm_slot_busy_seconds_total", "smllm_node_slots"}
+    # Accounted up to the watermark like the busy seconds: divided by the wall time accounted.
+    assert "smllm:accounted_seconds:rate5m" in names_in(expr)
+    assert not re.search(r"\b(?:sum|avg|max|min|count)\b", expr), "keeps node and target labels"
+
+
+@pytest.mark.parametrize("path", [RULES, RULES_TEST, DASHBOARD], ids=lambda p: p.name)
+def test_no_removed_metric(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    for name, instead in REMOVED_METRICS.items():
+        assert name not in text, f"{path.name} reads {name}: read {instead}"
 
 
 def test_stuck_request_alert_reads_oldest_in_flight() -> None:
@@ -359,6 +409,10 @@ def all_exprs() -> str:
         "smllm_source_reconnects_total",
         "smllm_parse_errors_total",
         "smllm:perfect_spread:ratio_rate5m",  # the seed's perfect spread
+        "smllm:slot_utilisation:rate5m",  # slot utilisation per node
+        "smllm_server_up",  # llama-server running or stopped
+        "smllm_requests_untimed_total",  # untimed occupancies by reason ...
+        "smllm_untimed_request_seconds_total",  # ... and the slot seconds they held
     ],
 )
 def test_dashboard_shows(needed: str) -> None:
@@ -373,6 +427,28 @@ def test_busy_state_timeline() -> None:
     ]
     mapped = timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]
     assert {mapped["0"]["text"], mapped["1"]["text"]} == {"idle", "busy"}
+
+
+def test_server_up_state_timeline() -> None:
+    (timeline,) = [
+        p
+        for p in query_panels()
+        if p["type"] == "state-timeline" and "smllm_server_up{" in p["targets"][0]["expr"]
+    ]
+    mapped = timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    assert {mapped["0"]["text"], mapped["1"]["text"]} == {"stopped", "running"}
+
+
+def test_untimed_panel_by_reason() -> None:
+    """Untimed occupancies by reason, requests and seconds, in one panel."""
+    (panel,) = [
+        p
+        for p in query_panels()
+        if any("smllm_untimed_request_seconds_total" in t["expr"] for t in p["targets"])
+    ]
+    found = [t["expr"] for t in panel["targets"]]
+    assert any("smllm_requests_untimed_total" in e for e in found), found
+    assert all(re.search(r"by \([^)]*\breason\b", e) for e in found), found
 
 
 def test_stacked_concurrency_panel() -> None:
@@ -393,3 +469,70 @@ def test_provisioning_files() -> None:
     (source,) = sources["datasources"]
     assert source["type"] == "prometheus"
     assert NUMBER.fullmatch(source["jsonData"]["timeInterval"])
+
+
+# -- the README's metric table --------------------------------------------------------------
+
+
+def metric_table() -> dict[str, tuple[str, str, str]]:
+    """The "## Metrics" section's table: name -> (type, labels, meaning)."""
+    text = README.read_text(encoding="utf-8")
+    section = re.search(r"^## Metrics\n(.*?)^## ", text, re.MULTILINE | re.DOTALL)
+    assert section, "README.md has no ## Metrics section"
+    rows: dict[str, tuple[str, str, str]] = {}
+    for line in section.group(1).splitlines():
+        m = re.fullmatch(r"\| `(smllm_\w+)` \| (\w+) \| ([^|]+) \| (.+) \|", line)
+        if m:
+            assert m.group(1) not in rows, f"{m.group(1)} twice in the table"
+            rows[m.group(1)] = (m.group(2), m.group(3).strip(), m.group(4))
+    assert len(rows) >= 30, sorted(rows)
+    return rows
+
+
+def test_metric_table_is_before_prometheus_section() -> None:
+    headings = re.findall(r"^## (.+)$", README.read_text(encoding="utf-8"), re.MULTILINE)
+    assert headings.index("Metrics") + 1 == headings.index("Prometheus, Grafana and alerts")
+
+
+def test_metric_table_rows() -> None:
+    for name, (kind, labels, meaning) in metric_table().items():
+        assert kind in {"counter", "gauge", "histogram"}, name
+        assert name.endswith("_total") == (kind == "counter"), f"{name} is a {kind}"
+        assert len(meaning.split()) >= 3, name
+        if name not in CLUSTER_METRICS:
+            assert re.match(r"node\b", labels), f"{name}: every per-node metric has node first"
+
+
+def test_metric_table_cluster_metrics() -> None:
+    """The metrics without a node label are the same in the table as in these tests."""
+    table = metric_table()
+    no_node = {n for n, (_, labels, _) in table.items() if not re.search(r"\bnode\b", labels)}
+    assert no_node == CLUSTER_METRICS
+
+
+def test_metric_table_names_what_rules_and_dashboard_read() -> None:
+    table = metric_table()
+    read = {n for r in rules() for n in names_in(str(r["expr"]))}
+    read |= {n for _, e in exprs() for n in names_in(e)}
+    for name in sorted(n for n in read if n.startswith("smllm_")):
+        base = name
+        for suffix in HISTOGRAM_SUFFIXES:
+            if name.endswith(suffix) and name.removesuffix(suffix) in table:
+                base = name.removesuffix(suffix)
+        assert base in table, f"{name} is read by a rule or panel but not in the README table"
+
+
+def test_metric_table_has_no_removed_metric() -> None:
+    table = metric_table()
+    for name in REMOVED_METRICS:
+        assert name not in table
+
+
+def test_metric_table_names_what_the_collector_serves() -> None:
+    """Every smllm_ family the collector writes is a row (its _total added for counters)."""
+    table = metric_table()
+    source = COLLECTOR.read_text(encoding="utf-8")
+    served = set(re.findall(r'"(smllm_[a-z_]+)"', source))
+    assert served
+    missing = sorted(n for n in served if n not in table and f"{n}_total" not in table)
+    assert not missing, f"served but not in the README table: {missing}"

@@ -36,7 +36,18 @@ NODE = "node0"
 
 # -- the pieces lines are made of ----------------------------------------------------------------
 
-PREFIXES = ("", "50.10.605.993 I ", "0.00.001.002 W ", "I ", "x ", "srv ", "id 3 | task 4 | ")
+PREFIXES = (
+    "",
+    "50.10.605.993 I ",
+    "2025-11-15 14:23:35.060 I ",
+    "0.00.001.002 W ",
+    "I ",
+    "x ",
+    "srv ",
+    "id 3 | task 4 | ",
+    "[ 8081] ",
+    "srv  log_server_r: request: ",
+)
 NAMES = ("print_timing", "launch_slot_", "release", "releases", "launch_slot", "print_timings")
 WHAT = ("prompt eval time", "eval time", "total time", "graphs reused", "n_decoded", "")
 UNITS = ("tokens", "runs", "token", "tokens (  3.07 ms per token)")
@@ -46,6 +57,8 @@ TAILS = (
     " processing task",
     " processing task, is_child = 0",
     " stop processing: n_past = 505, truncated = 0",
+    " processing task, is_child = 1",
+    " processing task, is_child = 00",
     " stop processing: n_tokens = 730, total time = 3 ms",
     " launch_slot_ again",
     " release",
@@ -98,12 +111,12 @@ def slot_lines(draw: st.DrawFn) -> str:
 
     name = draw(pick(NAMES, 3))
     head = (
-        f"{draw(pick(PREFIXES, 4))}slot{draw(sp)}{name}:"
+        f"{draw(pick(PREFIXES, 5))}slot{draw(sp)}{name}:"
         f" id{draw(sp)}{draw(num)} | task {draw(num)} |"
     )
     what = draw(pick(WHAT, 3)) if name == "print_timing" or not good else ""
     if not what:
-        return head + draw(pick(TAILS, 6))
+        return head + draw(pick(TAILS, 8))
     timing = (
         f"{draw(sp)}{what}{draw(sp)}={draw(sp)}"
         f"{draw(good_durations if good else durations)}{draw(sp)}ms"
@@ -212,13 +225,30 @@ STEP_LINES = {
     "stop_b": "slot released id_slot={s} id_task={t} n_ctx_slot=8192",  # era B: Python's
     "other": "slot print_timing: id  {s} | task {t} |    graphs reused = 3",
     "garbled": "slot print_timing: id  {s} | task {t} |       total time = {n}.x ms / 3 tokens",
+    # what a current server logs besides (all Python's): n_cmpl children, cancel and error
+    # lines, its start-up and exit, systemd's lines for the unit, a router's instances
+    "child": "slot launch_slot_: id  {s} | task {t} | processing task, is_child = 1",
+    "cancel": "srv          stop: cancel task, id_task = {t}",
+    "error": "srv    send_error: task id = {t}, error: request ({n} tokens) exceeds the context",
+    "slots": "srv    load_model: initializing, n_slots = {s}, n_ctx_slot = 512",
+    "exit": "srv    operator(): operator(): cleaning up before exit...",
+    "unit_up": "Started sm-llm.service - sm-llm llama-server.",
+    "unit_stopping": "Stopping sm-llm.service - sm-llm llama-server...",
+    "unit_gone": "sm-llm.service: Main process exited, code=killed, status=9/KILL",
+    "wallclock": "2025-11-15 14:23:35.060 I slot launch_slot_: id  {s} | task {t} | processing task",
+    "quoted": "srv  log_server_r: request: slot launch_slot_: id  {s} | task {t} | processing task",
+    "routed": "[ 8081] slot launch_slot_: id  {s} | task {t} | processing task",
+    "routed_total": "[4242] slot print_timing: id  {s} | task {t} |       total time =  {n}.60 ms /  "
+    "{n} tokens",
+    "spawn": "srv          load: spawning server instance with name=m{s} on port 8081",
+    "instance_exit": "srv           run: instance name=m{s} exited with status 1",
 }
 steps = st.tuples(
     st.sampled_from(sorted(STEP_LINES)),
     st.integers(0, 2),  # slot
     st.integers(0, 3),  # task
     st.integers(1, 2000),  # a number (tokens, ms)
-    st.sampled_from((4242, 4242, 4242, 4242, 0, 5151)),  # pid: mostly one server
+    st.sampled_from((4242, 4242, 4242, 4242, 0, 5151, 1)),  # pid: mostly one server (1: systemd)
     st.sampled_from((1000, 1000, 200_000, 900_000, 1_500_000)),  # microseconds since the last
 )
 

@@ -670,8 +670,8 @@ def test_a_journalctl_without_grep_or_output_fields_still_works(
         # 4096 bytes and more: journalctl writes MESSAGE as null without --all
         ent(
             last + 1000,
-            "x" * 5000 + " slot print_timing: id  0 | task 90001 |       total time =    1000.00"
-            " ms /   100 tokens",
+            "slot print_timing: id  0 | task 90001 |       total time =    1000.00 ms /   100"
+            " tokens " + "x" * 5000,
         ),
         # the newest entry holds U+2028, which journalctl's JSON leaves unescaped: it must not
         # split the entry (the source would take the journal for empty and a backlog for read)

@@ -97,7 +97,12 @@ class JournalSource:
                 reader = journal._Reader(0, files=[str(f) for f in self.files])
             else:
                 reader = journal._Reader(journal.LOCAL_ONLY)
+            # what `journalctl -u UNIT` shows: the unit's own lines, and systemd's about it
+            # (Started, Stopping, Failed with result ...: the parser's server state)
             reader.add_match(f"_SYSTEMD_UNIT={self.unit}".encode())
+            reader.add_disjunction()
+            reader.add_match(f"UNIT={self.unit}".encode())
+            reader.add_match(b"_PID=1")
         except OSError as e:
             raise SourceError(f"node {self.node}: cannot open {self._where()}: {e}") from e
         self._reader = reader

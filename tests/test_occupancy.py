@@ -1,0 +1,691 @@
+"""Every second a slot is occupied, held to a real llama-server's recorded output.
+
+`tests/testdata/llama-server/` holds what a real llama-server (b11434) wrote for each kind of
+slot occupancy, as journal dumps, with the server's own per-request results beside them
+(`record.py` made them). Here the parser, the report and the daemon are held to them: the
+timed requests' tokens and durations are the server's own; a request released without a
+timing block spans its launch line to its release line, with the reason its lines give; busy
+seconds are the union of every occupancy, slot seconds their sum; and the report and the
+daemon agree. The lines' meaning is read here independently, with plain regular expressions.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter import parse, report
+from exporter.accounting import DEFAULT_BUCKETS_S, REASONS, SECOND, Accounting, restore, state_of
+from exporter.config import Config, FileNode
+from exporter.daemon import Daemon
+from exporter.kinds import DEFAULT_RULES, Kinds
+from exporter.logline import Event, EventKind, Interval, LogLine, Record
+from exporter.parse import Parser
+from exporter.times import MAX_TIME_US
+
+from support.daemon_thread import DaemonThread
+from support.dumps import dump_lines, report_of_dumps
+from support.scrape import parse_metrics, sample
+from support.tools import REPO, require_tool, wait_for
+
+FIXTURES = REPO / "tests" / "testdata" / "llama-server"
+RUNS = (
+    "parallel",
+    "cancel",
+    "error",
+    "embeddings",
+    "embeddings_mean_abort",
+    "n_cmpl",
+    "speculative",
+    "router",
+    "restart",
+)
+KINDS = Kinds(DEFAULT_RULES)
+
+# -- the recorded journal, read independently ----------------------------------------------------
+
+_ROUTED = re.compile(r"^\[ *(\d+)\] (.*)$")
+_SLOT = re.compile(r"^\S+ [A-Z] slot +(\w+): id +(\d+) \| task (\d+) \| (.*)$")
+_TIMING = re.compile(r"(prompt eval|eval|total) time = +([\d.]+) ms / +(\d+) tokens")
+_CANCEL = re.compile(r"^\S+ W srv +stop: cancel task, id_task = (\d+)$")
+_ERROR = re.compile(r"^\S+ E srv +send_error: task id = (\d+), error: ")
+_SPAWN = re.compile(r"spawning server instance with name=(\S+) on port (\d+)$")
+
+
+@dataclass
+class Occupancy:
+    """One slot occupancy as the journal's lines say it."""
+
+    key: tuple[str, int, int, int]  # (model, pid, slot, task)
+    launch_us: int
+    release_us: int | None = None
+    child: bool = False
+    total_us: int | None = None  # the timing block's
+    end_us: int | None = None  # its total line's journal time
+    prompt: tuple[int, int] | None = None  # (tokens, us)
+    generated: tuple[int, int] | None = None
+    cancelled: bool = False
+    error: bool = False
+
+    @property
+    def reason(self) -> str:
+        if self.total_us is not None:
+            return ""
+        return "error" if self.error else "cancelled" if self.cancelled else "untimed"
+
+
+def entries(run: str) -> list[dict[str, str]]:
+    path = FIXTURES / f"{run}.journal.json"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def ms(text: str) -> int:
+    whole, _, frac = text.partition(".")
+    return int(whole) * 1000 + int((frac + "000")[:3])
+
+
+def occupancies(run: str) -> list[Occupancy]:
+    """Every launch in the run's journal, with what followed it for its (slot, task)."""
+    out: list[Occupancy] = []
+    open_: dict[tuple[str, int, int, int], Occupancy] = {}
+    by_task: dict[tuple[str, int, int], Occupancy] = {}
+    model_of: dict[str, str] = {}
+    for e in entries(run):
+        if e["_PID"] == "1":
+            continue
+        t, pid, msg = int(e["__REALTIME_TIMESTAMP"]), int(e["_PID"]), e["MESSAGE"]
+        model = ""
+        routed = _ROUTED.match(msg)
+        if routed:
+            model, msg = model_of.get(routed.group(1), routed.group(1)), routed.group(2)
+        spawn = _SPAWN.search(msg)
+        if spawn:
+            model_of[spawn.group(2)] = spawn.group(1)
+        for pattern, attr in ((_CANCEL, "cancelled"), (_ERROR, "error")):
+            m = pattern.match(msg)
+            if m and (model, pid, int(m.group(1))) in by_task:
+                setattr(by_task[model, pid, int(m.group(1))], attr, True)
+        m = _SLOT.match(msg)
+        if not m:
+            continue
+        name, slot, task, rest = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
+        key = (model, pid, slot, task)
+        if name == "launch_slot_":
+            occ = open_[key] = by_task[model, pid, task] = Occupancy(
+                key, t, child="is_child = 1" in rest
+            )
+            out.append(occ)
+        elif key in open_:
+            occ = open_[key]
+            if name == "release":
+                occ.release_us = t
+                del open_[key]
+            timing = _TIMING.search(rest)
+            if timing:
+                what, us, n = timing.group(1), ms(timing.group(2)), int(timing.group(3))
+                if what == "total":
+                    occ.total_us, occ.end_us = us, t
+                elif what == "eval":
+                    occ.generated = (n, us)
+                else:
+                    occ.prompt = (n, us)
+    return out
+
+
+def union_us(spans: list[tuple[int, int]]) -> int:
+    total, until = 0, None
+    for start, end in sorted(spans):
+        if until is None or start > until:
+            total += end - start
+            until = end
+        elif end > until:
+            total += end - until
+            until = end
+    return total
+
+
+def parsed(run: str) -> list[Record]:
+    """What the parser makes of the run, read as the report reads a dump."""
+    p = Parser(run, slots=3)
+    return p.feed_all(tuple(dump_lines(FIXTURES / f"{run}.journal.json", run))) + p.flush(
+        MAX_TIME_US
+    )
+
+
+def intervals(recs: list[Record]) -> list[Interval]:
+    return [r for r in recs if type(r) is Interval]
+
+
+def key_of(iv: Interval) -> tuple[str, int, int, int]:
+    """The interval's (model, pid, slot, task), as `Occupancy.key`."""
+    assert iv.slot is not None and iv.task is not None
+    return (iv.model, iv.pid, iv.slot, iv.task)
+
+
+def window(runs: tuple[str, ...] = RUNS) -> tuple[int, int]:
+    times = [int(e["__REALTIME_TIMESTAMP"]) for run in runs for e in entries(run)]
+    return min(times) - SECOND, max(times) + SECOND
+
+
+def results(run: str) -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = json.loads(
+        (FIXTURES / f"{run}.results.json").read_text(encoding="utf-8")
+    )
+    return [r for r in data if r["endpoint"] != "GET /health"]
+
+
+# -- the parser against the journal and the server ---------------------------------------------
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_every_occupancy_of_a_real_server_is_an_interval_with_its_reason(run: str) -> None:
+    expected = occupancies(run)
+    got = intervals(parsed(run))
+    aborted = [o for o in expected if o.release_us is None and o.total_us is None]
+    ended = [o for o in expected if o not in aborted]
+    assert len(got) == len(ended)
+    # (a router's instance that starts again counts its tasks from 0 again: key and end)
+    by_end = {(key_of(iv), iv.end_us): iv for iv in got}
+    for occ in ended:
+        model = occ.key[0]
+        end = occ.end_us if occ.total_us is not None else occ.release_us
+        assert end is not None
+        iv = by_end[occ.key, end]
+        assert iv.reason == occ.reason, occ
+        if occ.total_us is not None:  # timed: [end - duration, end], inside launch..release
+            assert occ.end_us is not None
+            assert (iv.start_us, iv.end_us) == (occ.end_us - occ.total_us, occ.end_us)
+            assert occ.release_us is not None and iv.end_us <= occ.release_us
+            if not model:  # (a router re-logs its instances' lines in chunks, late)
+                assert occ.launch_us - 2_000 <= iv.start_us
+        else:  # untimed: from its launch line to its release line, exactly
+            assert (iv.start_us, iv.end_us) == (occ.launch_us, occ.release_us)
+            assert iv.tokens is None and iv.model == model
+    # a server killed under a request: aborted, not lost and not counted
+    recs = parsed(run)
+    assert sum(1 for r in recs if type(r) is Event and r.kind is EventKind.ABORTED) == len(aborted)
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_timed_requests_have_the_servers_own_tokens_and_times(run: str) -> None:
+    got = [iv for iv in intervals(parsed(run)) if not iv.reason]
+    completions: list[dict[str, Any]] = []  # every completion whose own timings were returned
+    expected_requests = prompt_tokens = 0
+    for r in results(run):
+        if r["outcome"] != "timed":
+            continue
+        choices = r.get("choices") or []
+        n = max(1, len(choices), int(r.get("n_cmpl") or 1))
+        expected_requests += n
+        per_choice = [c["timings"] for c in choices if "timings" in c]
+        if per_choice:
+            completions += per_choice
+            prompt_tokens += per_choice[0]["prompt_n"]  # (each child repeats the parent's)
+        elif r.get("timings"):
+            if n == 1:
+                completions.append(r["timings"])
+            prompt_tokens += r["timings"]["prompt_n"]
+    assert len(got) == expected_requests
+    # every completion's own figures, as the server returned them, among the intervals'
+    ours = Counter((iv.generated_tokens, iv.generation_us) for iv in got)
+    for c in completions:
+        match = [
+            k
+            for k in ours
+            if ours[k] and k[0] == c["predicted_n"] and abs(k[1] - c["predicted_ms"] * 1000) <= 6
+        ]
+        assert match, (c, ours)
+        ours[match[0]] -= 1
+    # the prompt counted once per request, n_cmpl children not again
+    assert sum(iv.prompt_tokens or 0 for iv in got) == prompt_tokens
+
+
+def test_untimed_occupancies_match_what_the_clients_saw() -> None:
+    for run, reason in (("cancel", "cancelled"), ("error", "error")):
+        reasons = Counter(iv.reason for iv in intervals(parsed(run)) if iv.reason)
+        assert reasons == Counter(r["outcome"] for r in results(run) if r["outcome"] == reason)
+    # every embedding input is a task of its own: launch, release, nothing between
+    embeddings = [r for r in results("embeddings") if "embedding" in r["endpoint"]]
+    got = [iv for iv in intervals(parsed("embeddings")) if iv.reason]
+    assert {iv.reason for iv in got} == {"untimed"}
+    assert len(got) >= len(embeddings) == 4
+
+
+def test_n_cmpl_children_count_their_own_completion_and_not_the_prompt_again() -> None:
+    occ = {o.key: o for o in occupancies("n_cmpl")}
+    children = [iv for iv in intervals(parsed("n_cmpl")) if occ[key_of(iv)].child]
+    assert len(children) == 4  # two requests of 3 completions each: 2 children each
+    for iv in children:
+        o = occ[key_of(iv)]
+        assert o.generated is not None and o.prompt is not None  # (its block repeats the prompt)
+        assert (iv.prompt_tokens, iv.prompt_us, iv.tokens) == (None, None, o.generated[0])
+        assert iv.generated_tokens == o.generated[0]
+
+
+def test_router_instances_keep_their_own_contexts_and_models() -> None:
+    recs = parsed("router")
+    got = Counter(iv.model for iv in intervals(recs))
+    expected = Counter(r["model"] for r in results("router") if r["outcome"] == "timed")
+    assert got == expected == Counter({"tiny-a": 3, "tiny-b": 3})
+    # slot and task ids collide across the instances, and each is its instance's own
+    keys = [(iv.slot, iv.task) for iv in intervals(recs)]
+    assert len(set(keys)) < len(keys)
+    # an instance that exits is a restart of that instance only
+    restarts = [r for r in recs if type(r) is Event and r.kind is EventKind.RESTART]
+    assert {r.model for r in restarts} == {"tiny-a", "tiny-b"}
+    assert not any(type(r) is Event and r.kind is EventKind.ABORTED for r in recs)
+
+
+def test_the_start_up_line_gives_the_slots_and_systemd_the_server_state() -> None:
+    recs = parsed("restart")
+    states = [r.kind for r in recs if type(r) is Event and r.kind.value.startswith("server_")]
+    assert states == [EventKind.SERVER_UP, EventKind.SERVER_DOWN] * 2
+    assert {r.slot for r in recs if type(r) is Event and r.kind is EventKind.SLOTS} == {3}
+    # systemd's lines (PID 1) never make a restart: the two servers' PIDs make one
+    restarts = [r for r in recs if type(r) is Event and r.kind is EventKind.RESTART]
+    assert len(restarts) == 1 and restarts[0].pid != 1
+    # the crash's `Main process exited, code=killed`: the request it held is aborted there
+    aborted = [r for r in recs if type(r) is Event and r.kind is EventKind.ABORTED]
+    killed = next(e for e in entries("restart") if "Main process exited" in e["MESSAGE"])
+    assert [a.time_us for a in aborted] == [int(killed["__REALTIME_TIMESTAMP"])]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_a_checkpoint_anywhere_in_a_real_run_changes_nothing(run: str) -> None:
+    lines = tuple(dump_lines(FIXTURES / f"{run}.journal.json", run))
+    p = Parser(run, slots=3)
+    whole = p.feed_all(lines) + p.flush(MAX_TIME_US)
+    for cut in range(len(lines) + 1):
+        p = Parser(run, slots=3)
+        got = p.feed_all(lines[:cut])
+        p = Parser.from_state(run, json.loads(json.dumps(p.state())))
+        p.slots = 3
+        got += p.feed_all(lines[cut:]) + p.flush(MAX_TIME_US)
+        assert got == whole, cut
+
+
+# -- the report and the daemon over all the runs ------------------------------------------------
+
+
+def report_json(since_us: int, until_us: int) -> dict[str, Any]:
+    dumps = {run: FIXTURES / f"{run}.journal.json" for run in RUNS}
+    return report.to_json(report_of_dumps(dumps, KINDS, since_us, until_us))
+
+
+def test_the_report_counts_every_occupancy_by_reason_and_busy_is_their_union() -> None:
+    since, until = window()
+    nodes = report_json(since, until)["nodes"]
+    for run in RUNS:
+        occ = [o for o in occupancies(run) if o.release_us is not None or o.total_us is not None]
+        spans = [
+            (o.end_us - o.total_us, o.end_us)
+            if o.total_us is not None and o.end_us is not None
+            else (o.launch_us, o.release_us or 0)
+            for o in occ
+        ]
+        node = nodes[run]
+        assert node["busy_seconds"] == pytest.approx(union_us(spans) / SECOND, abs=1e-9), run
+        assert node["slot_busy_seconds"] == pytest.approx(
+            sum(e - s for s, e in spans) / SECOND, abs=1e-9
+        )
+        for reason in ("cancelled", "error", "untimed"):
+            mine = [(s, e) for o, (s, e) in zip(occ, spans, strict=True) if o.reason == reason]
+            assert node["untimed"][reason] == {
+                "requests": len(mine),
+                "seconds": pytest.approx(sum(e - s for s, e in mine) / SECOND, abs=1e-9),
+            }, (run, reason)
+        assert node["requests"] == sum(1 for o in occ if not o.reason)
+        assert node["server_up"] == 0  # every run ends with its unit stopped
+        # (a router's: its instances' 3 each)
+        assert node["slots"] == {"embeddings_mean_abort": None, "router": 6}.get(run, 3)
+    assert nodes["router"]["models"].keys() == {"tiny-a", "tiny-b"}
+
+
+def test_the_reports_text_adds_one_line_for_untimed_occupancy() -> None:
+    since, until = window()
+    dumps = {run: FIXTURES / f"{run}.journal.json" for run in RUNS}
+    text = report.to_text(report_of_dumps(dumps, KINDS, since, until))
+    line = [row for row in text.splitlines() if "untimed occupancy" in row]
+    assert len(line) == 1
+    assert line[0].startswith("  untimed occupancy: cancelled 2 (")
+    assert "error 2 (" in line[0] and "untimed 5 (" in line[0]
+    # and a window of timed requests only has none
+    dumps = {"parallel": FIXTURES / "parallel.journal.json"}
+    text = report.to_text(report_of_dumps(dumps, KINDS, *window(("parallel",))))
+    assert "untimed occupancy" not in text
+
+
+def daemon_config(tmp_path: Path, since_us: int) -> Config:
+    return Config(
+        state_dir=tmp_path / "state",
+        listen_host="127.0.0.1",
+        listen_port=0,
+        since=datetime.fromtimestamp(since_us // SECOND, UTC).isoformat(),
+        nodes=tuple(FileNode(run, FIXTURES / f"{run}.journal.json") for run in RUNS),
+        slots=3,
+        # (a node without launch lines holds the figures this long behind now: the runs may
+        # have been recorded minutes ago)
+        max_request_seconds=5,
+    )
+
+
+def test_the_daemon_serves_what_the_report_says(tmp_path: Path) -> None:
+    since, until = window()
+    nodes = report_json(since, until)["nodes"]
+    expected_entries = {run: len(entries(run)) for run in RUNS}
+
+    def settled() -> dict[Any, float] | None:
+        samples = parse_metrics(d.metrics())
+        accounted = sample(samples, "smllm_accounted_until_timestamp_seconds") or 0
+        for run, n in expected_entries.items():
+            if sample(samples, "smllm_source_entries_total", node=run) != n:
+                return None
+        return samples if accounted * SECOND > until else None
+
+    with DaemonThread(Daemon(daemon_config(tmp_path, since), publish_seconds=0.1)) as d:
+        samples = wait_for(settled, 30, "every run read and accounted")
+    for run in RUNS:
+        node = nodes[run]
+        requests = sum(
+            v
+            for (name, labels), v in samples.items()
+            if name == "smllm_requests_total" and dict(labels)["node"] == run
+        )
+        assert requests == node["requests"], run
+        for metric, key in (
+            ("smllm_node_busy_seconds_total", "busy_seconds"),
+            ("smllm_slot_busy_seconds_total", "slot_busy_seconds"),
+        ):
+            assert sample(samples, metric, node=run) == pytest.approx(node[key], abs=1e-6), run
+        for reason in REASONS:
+            figures = node["untimed"][reason]
+            assert (
+                sample(samples, "smllm_requests_untimed_total", node=run, reason=reason)
+                == (figures["requests"])
+            )
+            assert sample(
+                samples, "smllm_untimed_request_seconds_total", node=run, reason=reason
+            ) == pytest.approx(figures["seconds"], abs=1e-6)
+        assert sample(samples, "smllm_server_up", node=run) == node["server_up"]
+        assert sample(samples, "smllm_node_slots", node=run) == node["slots"]
+    for model, figures in nodes["router"]["models"].items():
+        assert (
+            sample(samples, "smllm_model_requests_total", node="router", model=model)
+            == (figures["requests"])
+        )
+        assert sample(
+            samples, "smllm_model_request_seconds_total", node="router", model=model
+        ) == pytest.approx(figures["request_seconds"], abs=1e-6)
+
+
+# -- a stopped unit: smllm_server_up 0, and no SmLlmNodeIdle for it ------------------------------
+
+RULES = REPO / "deploy" / "prometheus" / "rules.yml"
+RULES_TEST = REPO / "deploy" / "prometheus" / "rules_test.yml"
+
+
+def idle_case(server_up: float) -> dict[str, Any]:
+    """The rules test that fires SmLlmNodeIdle for node2, with node2's smllm_server_up as
+    given for the whole of it."""
+    tests: list[dict[str, Any]] = yaml.safe_load(RULES_TEST.read_text(encoding="utf-8"))["tests"]
+    case = copy.deepcopy(
+        next(
+            t
+            for t in tests
+            if t["name"].startswith("SmLlmNodeIdle fires for a node idle the whole")
+        )
+    )
+    labels = 'job="sm-llm-exporter", instance="exporter:10027", node="node2"'
+    case["input_series"].append(
+        {"series": f"smllm_server_up{{{labels}}}", "values": f"{server_up:g}+0x40"}
+    )
+    return case
+
+
+def promtool_test(tmp_path: Path, case: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "case.yml"
+    path.write_text(
+        yaml.safe_dump({"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [case]}),
+        encoding="utf-8",
+    )
+    return subprocess.run(
+        [require_tool("promtool"), "test", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_stopped_unit_is_server_up_0_and_never_an_idle_node(tmp_path: Path) -> None:
+    # the daemon over a real run whose unit systemd stopped at the end
+    since, _ = window(("speculative",))
+    cfg = daemon_config(tmp_path, since)
+    cfg = replace(cfg, nodes=(FileNode("node2", FIXTURES / "speculative.journal.json"),))
+    with DaemonThread(Daemon(cfg, publish_seconds=0.1)) as d:
+        up = wait_for(
+            lambda: next(
+                (
+                    [v]
+                    for v in [sample(parse_metrics(d.metrics()), "smllm_server_up", node="node2")]
+                    if v is not None
+                ),
+                None,
+            ),
+            20,
+            "the server's state",
+        )[0]
+    assert up == 0
+    # what the rules make of it: the case that fires SmLlmNodeIdle for node2 fires no more
+    case = idle_case(up)
+    for check in case["alert_rule_test"]:
+        if check["alertname"] == "SmLlmNodeIdle":
+            check["exp_alerts"] = []
+    run = promtool_test(tmp_path, case)
+    assert run.returncode == 0, run.stdout + run.stderr
+    # ... while it still fires for node2 running (1) as the case expects: the test can fail
+    run = promtool_test(tmp_path, idle_case(1))
+    assert run.returncode == 0, run.stdout + run.stderr
+    stopped = idle_case(up)
+    run = promtool_test(tmp_path, stopped)
+    assert run.returncode != 0 and "SmLlmNodeIdle" in run.stdout + run.stderr
+
+
+# -- the pieces, on small cases ----------------------------------------------------------------
+
+T0 = 1_790_000_000_000_000
+PID = 4242
+
+
+def lines(*messages: tuple[int, str] | tuple[int, str, int]) -> tuple[LogLine, ...]:
+    """(microseconds after T0, message[, PID]) each: llama-server's PID unless given."""
+    return tuple(LogLine("n", T0 + m[0], "", m[2] if len(m) > 2 else PID, m[1]) for m in messages)
+
+
+def launch(slot: int, task: int, child: int = 0) -> str:
+    return f"0.01.000.000 I slot launch_slot_: id  {slot} | task {task} | processing task, is_child = {child}"
+
+
+def release(slot: int, task: int) -> str:
+    return f"0.01.000.000 I slot      release: id  {slot} | task {task} | stop processing: n_tokens = 9, truncated = 0"
+
+
+def cancel(task: int) -> str:
+    return f"0.01.000.000 W srv          stop: cancel task, id_task = {task}"
+
+
+def error(task: int) -> str:
+    return f"0.01.000.000 E srv    send_error: task id = {task}, error: request (9 tokens) exceeds the context"
+
+
+def untimed(recs: list[Record]) -> list[tuple[int, int, str]]:
+    return [(iv.start_us - T0, iv.end_us - T0, iv.reason) for iv in intervals(recs) if iv.reason]
+
+
+@pytest.mark.parametrize(
+    ("between", "after", "reason"),
+    [
+        ((), (), "untimed"),  # an embedding
+        ((cancel(7),), (), "cancelled"),  # a client gone: the cancel line first
+        ((error(7),), (cancel(7),), "error"),  # an error, then its cancel after the release
+        ((), (cancel(7),), "cancelled"),
+        ((cancel(8), error(6)), (), "untimed"),  # other tasks' lines
+    ],
+)
+def test_a_release_without_timing_has_the_reason_its_lines_give(
+    between: tuple[str, ...], after: tuple[str, ...], reason: str
+) -> None:
+    p = Parser("n")
+    msgs = [(0, launch(1, 7)), *((100, m) for m in between), (500, release(1, 7))]
+    msgs += [(600, m) for m in after]
+    recs = p.feed_all(lines(*msgs)) + p.flush(T0 + 10 * SECOND)
+    assert untimed(recs) == [(0, 500, reason)]
+    assert not p.state()["marks"] or reason == "untimed"
+
+
+def test_era_b_releases_without_timing_are_cancels_and_a_new_launch_decides_at_once() -> None:
+    p = Parser("n")
+    recs = p.feed_all(
+        lines(
+            (0, "slot is processing task id_slot=0 id_task=3"),
+            (300, "slot released id_slot=0 id_task=3 n_past=9"),
+            (400, launch(0, 4)),
+        )
+    )
+    assert untimed(recs) == [(0, 300, "cancelled")]  # decided by the launch, before the grace
+
+
+def test_lines_quoting_a_request_at_debug_verbosity_are_no_requests() -> None:
+    quoted = 'srv  log_server_r: request: {"prompt": "slot print_timing: id  0 | task 5 |       total time = 5.00 ms / 3 tokens"}'
+    for msg in (quoted, "x slot launch_slot_: id  0 | task 5 | processing task"):
+        assert parse.tokenize(msg) is None
+        assert Parser("n").feed_all(lines((0, msg))) == []
+
+
+def test_a_wall_clock_prefix_reads_as_the_elapsed_one() -> None:
+    for prefix in ("2025-11-15 14:23:35.060 I ", "0.02.039.123 I "):
+        token = parse.tokenize(prefix + launch(2, 9).split(" I ", 1)[1])
+        assert token is not None and token[:3] == (parse.LAUNCH, 2, 9)
+
+
+def test_systemd_lines_switch_the_state_never_the_server() -> None:
+    p = Parser("n")
+    recs = p.feed_all(
+        lines(
+            (0, "Started sm-llm.service - sm-llm llama-server.", 1),
+            (10, launch(0, 1)),
+            (20, "Stopping sm-llm.service - sm-llm llama-server...", 1),
+            (30, "sm-llm.service: Deactivated successfully.", 1),
+            (40, "Started sm-llm.service - sm-llm llama-server.", 1),
+        )
+    )
+    kinds = [r.kind for r in recs if type(r) is Event]
+    assert kinds == [
+        EventKind.SERVER_UP,
+        EventKind.STARTED,
+        EventKind.SERVER_DOWN,
+        EventKind.ABORTED,  # the unit's process has gone: what it held ends there
+        EventKind.SERVER_UP,
+    ]
+    assert p.pid == PID  # systemd's PID 1 is no llama-server: no restart
+    assert not [r for r in recs if type(r) is Event and r.kind is EventKind.RESTART]
+    # a unit line from a source without PIDs counts; from llama-server's own PID it is none
+    q = Parser("n")
+    assert q.feed_all(lines((0, "Started sm-llm.service - sm-llm llama-server.", 0))) == [
+        Event("n", T0, EventKind.SERVER_UP, 0)
+    ]
+    assert q.feed_all(lines((5, "Stopping sm-llm.service - x...", PID))) == []
+
+
+def test_a_request_line_after_a_stop_says_the_server_runs() -> None:
+    p = Parser("n")
+    p.feed_all(lines((0, "sm-llm.service: Failed with result 'signal'.", 1)))
+    recs = p.feed_all(lines((10, launch(0, 1))))
+    assert [r.kind for r in recs if type(r) is Event] == [EventKind.SERVER_UP, EventKind.STARTED]
+
+
+# -- the accounting of occupancies ------------------------------------------------------------
+
+
+def test_untimed_occupancies_are_busy_and_slot_time_but_in_no_mix() -> None:
+    for reference in (False, True):
+        acc = Accounting(["n", "m"], KINDS, origin_us=T0)
+        add = acc.add_all_reference if reference else acc.add_all
+        add(
+            [
+                Interval("n", T0 + 1 * SECOND, T0 + 5 * SECOND, 100, 90, 10),  # timed
+                Interval("n", T0 + 3 * SECOND, T0 + 9 * SECOND, reason="untimed"),  # parallel
+                Interval("m", T0 + 2 * SECOND, T0 + 4 * SECOND, reason="error"),
+                Event("n", T0 + 9 * SECOND, EventKind.LOST, PID, 2, 3),
+            ]
+        )
+        (acc.advance_to_reference if reference else acc.advance_to)(T0 + 10 * SECOND)
+        snap = acc.snapshot()
+        n, m = snap.nodes
+        assert (n.busy_us, n.slot_busy_us) == (8 * SECOND, 10 * SECOND)
+        assert (m.busy_us, m.slot_busy_us) == (2 * SECOND, 2 * SECOND)
+        assert n.untimed == {
+            "cancelled": (0, 0),
+            "error": (0, 0),
+            "untimed": (1, 6 * SECOND),
+            "lost": (1, 0),
+        }
+        assert m.untimed["error"] == (1, 2 * SECOND)
+        assert sum(c.requests for c in n.kinds.values()) == 1
+        assert snap.mix_us["reconcile"] == 4 * SECOND  # only the timed request's 4 s
+        assert snap.mix_us["idle"] == 6 * SECOND
+        assert snap.concurrency_us == (2 * SECOND, 6 * SECOND, 2 * SECOND)
+        assert n.last_end_us == T0 + 9 * SECOND
+
+
+def test_a_checkpoint_from_before_the_reasons_keeps_its_cancels() -> None:
+    acc = Accounting(["n"], KINDS, origin_us=T0)
+    acc.add(Interval("n", T0, T0 + SECOND, reason="untimed"))
+    state = state_of(acc)
+    saved = state["nodes"]["n"]
+    for key in ("untimed", "slots", "server_up", "models", "slot_busy_us"):
+        del saved[key]
+    saved["cancelled"] = 7
+    fresh = Accounting(["n"], KINDS, origin_us=T0)
+    restore(fresh, json.loads(json.dumps(state)))
+    assert fresh.snapshot().nodes[0].untimed["cancelled"] == (7, 0)
+
+
+def test_the_default_buckets_spread_a_real_servers_requests() -> None:
+    """All of a real 3-slot run's requests fell in the old first bucket (1 s): now they spread."""
+    captured = REPO / "tests" / "testdata" / "llama-server-b11434"
+    durations = [
+        ms(m.group(1)) / 1000
+        for path in sorted(captured.glob("run*.std*.log"))
+        for m in re.finditer(r"total time = +([\d.]+) ms", path.read_text(encoding="utf-8"))
+    ]
+    assert len(durations) >= 8
+    buckets = Counter(next((b for b in DEFAULT_BUCKETS_S if d <= b), "inf") for d in durations)
+    assert len(buckets) >= 3 and DEFAULT_BUCKETS_S[0] == 0.05 and DEFAULT_BUCKETS_S[-1] == 1800
+
+
+def test_a_router_line_from_outside_stays_bounded() -> None:
+    p = Parser("n")
+    # an instance's line that looks routed again is its own line (no request), not another's
+    assert p.feed_all(lines((0, "[1] " * 10_000 + launch(0, 1)))) == []
+    assert [port for port, _, _ in p.state()["instances"]] == [1]
+    spawns = [
+        f"srv  load: spawning server instance with name=m{i}-{'x' * 5000} on port {i}"
+        for i in range(100)
+    ]
+    recs = p.feed_all(lines(*((10 + i, s) for i, s in enumerate(spawns))))
+    assert not [r for r in recs if type(r) is Event and r.kind is EventKind.PARSE_ERROR]
+    state = p.state()
+    assert [port for port, _, _ in state["instances"]] == list(
+        range(100 - parse.MAX_INSTANCES, 100)
+    )
+    assert {len(model) for _, model, _ in state["instances"]} == {parse.MAX_MODEL_NAME}
