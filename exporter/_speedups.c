@@ -1212,8 +1212,8 @@ static int launch_fits(PyObject *started, long long slot, long long task, Py_ssi
 /* One common line's token applied as Parser.feed_all applies it: 1 done, 0 hand back (the line
  * would add a pending stop, which Python decides), -1 on error. */
 static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyObject *node,
-                 Block *b, PyObject *started, PyObject *last_timed, PyObject *const *types,
-                 Py_ssize_t max_started, PyObject *out) {
+                 Block *b, PyObject *started, PyObject *last_timed, PyObject *marks,
+                 PyObject *const *types, Py_ssize_t max_started, PyObject *out) {
     int matches = (!b->has[B_TASK] || b->v[B_TASK] == t->task) &&
                   (!b->has[B_SLOT] || b->v[B_SLOT] == t->slot);
     switch (t->kind) {
@@ -1240,6 +1240,13 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
         int bad = launched == 1 ? PyDict_DelItem(started, key) : launched;
         Py_DECREF(key);
         if (bad < 0) return -1;
+        if (PyDict_GET_SIZE(marks)) { /* marks.pop(task, None): a timed task is no cancel */
+            PyObject *task_key = PyLong_FromLongLong(t->task);
+            int marked = task_key == NULL ? -1 : PyDict_Contains(marks, task_key);
+            bad = marked == 1 ? PyDict_DelItem(marks, task_key) : marked;
+            Py_XDECREF(task_key);
+            if (bad < 0) return -1;
+        }
         PyObject *slot = PyLong_FromLongLong(t->slot), *task = PyLong_FromLongLong(t->task);
         if (slot == NULL || task == NULL || PyDict_SetItem(last_timed, slot, task) < 0) {
             Py_XDECREF(slot), Py_XDECREF(task);
@@ -1391,14 +1398,16 @@ static PyObject *feed(PyObject *self, PyObject *args) {
     PyObject *started = PyObject_GetAttrString(parser, "started");
     PyObject *last_timed = PyObject_GetAttrString(parser, "last_timed");
     PyObject *block = PyObject_GetAttrString(parser, "block");
+    PyObject *marks = PyObject_GetAttrString(parser, "marks");
     PyObject *zero = PyLong_FromLong(0);
     int ok = -1, changed = 0, pid_over = 0;
     long long pid_value = 0;
     Block b;
     if (node == NULL || pid == NULL || started == NULL || last_timed == NULL || block == NULL ||
-        zero == NULL)
+        marks == NULL || zero == NULL)
         goto done;
-    if (!PyDict_CheckExact(started) || !PyDict_CheckExact(last_timed)) {
+    if (!PyDict_CheckExact(started) || !PyDict_CheckExact(last_timed) ||
+        !PyDict_CheckExact(marks)) {
         ok = 1; /* not what Parser holds: leave it all to Python */
         goto done;
     }
@@ -1428,8 +1437,8 @@ static PyObject *feed(PyObject *self, PyObject *args) {
             if (!same && !is_zero) break;
         }
         Block before = b;
-        int done = apply(&r.tok, r.time, r.time_us, r.pid_obj, node, &b, started, last_timed, ty,
-                         max_started, out);
+        int done = apply(&r.tok, r.time, r.time_us, r.pid_obj, node, &b, started, last_timed,
+                         marks, ty, max_started, out);
         if (done <= 0) {
             b = before;
             if (done < 0) ok = -1;
@@ -1440,7 +1449,7 @@ static PyObject *feed(PyObject *self, PyObject *args) {
     if (changed && block_out(parser, &b, block_type, no_block) < 0) ok = -1;
 done:
     Py_XDECREF(node), Py_XDECREF(pid), Py_XDECREF(started), Py_XDECREF(last_timed);
-    Py_XDECREF(block), Py_XDECREF(zero);
+    Py_XDECREF(block), Py_XDECREF(marks), Py_XDECREF(zero);
     if (ok < 0) return NULL;
     return PyLong_FromSsize_t(ok == 0 ? start : i);
 }

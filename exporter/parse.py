@@ -97,8 +97,8 @@ UNIT_STOPPING, UNIT_UP, UNIT_GONE = 0, 1, 2  # (a UNIT token's count)
 # line, `spawning server instance with name=%s on port %d`, `instance name=%s exited with
 # status %d`
 _ROUTED = re.compile(r"\[ *(\d{1,5})\] (.*)", re.DOTALL)
-_SPAWN = re.compile(r"spawning server instance with name=(.*) on port (\d{1,5})$")
-_INSTANCE_EXIT = re.compile(r"\binstance name=(.*) exited with status (-?\d{1,10})$")
+_SPAWN = "spawning server instance with name="
+_INSTANCE_EXIT = " exited with status "
 _SLOT_TASK_B = re.compile(
     r"\b(?:id_slot|slot_id)\"?[=:]\s*(-?\d+)[ ,]\s*\"?(?:id_task|task_id)\"?[=:]\s*(-?\d+)"
 )
@@ -429,7 +429,8 @@ class Parser:
                     self._all_gone(min(line.time_us, self.horizon_us), out)
             return
         if kind == INSTANCE:
-            self._instance_line(line, out)
+            if not self.model:  # (a router's line; an instance's own are no instances')
+                self._instance_line(line, out)
             return
         if line.pid != self.pid and line.pid:
             self._same_server(line, out)
@@ -457,7 +458,7 @@ class Parser:
                     next(iter(self.instances)), min(line.time_us, self.horizon_us), out
                 )
             sub = self.instances[port] = self._instance(f":{port}")
-        sub.horizon_us = self.horizon_us
+        sub.horizon_us, sub.slots, sub.gone_us = self.horizon_us, self.slots, self.gone_us
         part: list[Record] = []
         sub._feed((line._replace(message=m.group(2)),), part, _fast_tokenize)
         for rec in part:
@@ -472,10 +473,9 @@ class Parser:
     def _instance_line(self, line: LogLine, out: list[Record]) -> None:
         """The router spawned an instance (its port's lines are that model's from here on) or
         one exited (a restart of that instance only)."""
-        msg = line.message
-        spawn = _SPAWN.search(msg)
+        spawn, gone = _spawned(line.message), _exited_instance(line.message)
         if spawn is not None:
-            name, port = spawn.group(1)[:MAX_MODEL_NAME], int(spawn.group(2))
+            name, port = spawn
             for p in [p for p, sub in self.instances.items() if p == port or sub.model == name]:
                 self._instance_gone(p, min(line.time_us, self.horizon_us), out)
             while len(self.instances) >= MAX_INSTANCES:
@@ -483,10 +483,8 @@ class Parser:
                     next(iter(self.instances)), min(line.time_us, self.horizon_us), out
                 )
             self.instances[port] = self._instance(name)
-            return
-        gone = _INSTANCE_EXIT.search(msg)
-        if gone is not None:
-            name = gone.group(1)[:MAX_MODEL_NAME]
+        elif gone is not None:
+            name, status = gone
             for p in [p for p, sub in self.instances.items() if sub.model == name]:
                 self._instance_gone(p, min(line.time_us, self.horizon_us), out)
                 out.append(
@@ -495,10 +493,15 @@ class Parser:
                         line.time_us,
                         EventKind.RESTART,
                         line.pid,
-                        detail=f"model instance {name} exited with status {gone.group(2)}",
+                        detail=f"model instance {name} exited with status {status}",
                         model=name,
                     )
                 )
+        else:
+            return
+        # the node's slots: its instances' that run
+        slots = sum(p.n_slots for p in self.instances.values())
+        out.append(Event(self.node, line.time_us, EventKind.SLOTS, line.pid, slots))
 
     def _instance_gone(self, port: int, now: int, out: list[Record]) -> None:
         sub = self.instances.pop(port)
@@ -760,8 +763,7 @@ class Parser:
     def _all_gone(self, now_us: int, out: list[Record]) -> None:
         """systemd says the unit's process has gone (killed, exited, failed): every server's
         requests in flight end here, aborted. (A new PID later is a restart.)"""
-        if self.pid:
-            self._gone(self.pid, self._current(now_us), now_us, out)
+        self._gone(self.pid, self._current(now_us), now_us, out)
         for pid, server in self.others.items():
             self._gone(pid, server, now_us, out)
         self.others.clear()
@@ -1011,6 +1013,33 @@ def classify(msg: str) -> str | None:
     if msg.startswith(("Started ", *_UNIT_DOWN)) or any(s in msg for s in _UNIT_DOWN_IN):
         return "unit"
     return None
+
+
+def _model_name(text: str) -> str:
+    """A model's name as the router logged it, fit to be a label value (bounded, UTF-8)."""
+    return text[:MAX_MODEL_NAME].encode("utf-8", "replace").decode("utf-8")
+
+
+def _spawned(msg: str) -> tuple[str, int] | None:
+    """`... spawning server instance with name=NAME on port PORT` -> (NAME, PORT). (In time
+    linear in the line: a request path may quote these words any number of times.)"""
+    at = msg.find(_SPAWN)
+    if at < 0:
+        return None
+    name, sep, port = msg[at + len(_SPAWN) :].rpartition(" on port ")
+    if not sep or not (port.isascii() and port.isdigit()) or len(port) > 5:
+        return None
+    return _model_name(name), int(port)
+
+
+def _exited_instance(msg: str) -> tuple[str, str] | None:
+    """`... instance name=NAME exited with status N` -> (NAME, N), in linear time."""
+    head, sep, status = msg.rpartition(_INSTANCE_EXIT)
+    at = head.find("instance name=")
+    digits = status[1:] if status[:1] == "-" else status
+    if not sep or at < 0 or not (digits.isascii() and digits.isdigit()) or len(digits) > 10:
+        return None
+    return _model_name(head[at + len("instance name=") :]), status
 
 
 def _unit_down(msg: str) -> bool:
