@@ -57,9 +57,10 @@ pytest: venv
 
 test: lint typecheck pytest
 
-# The daemon on the embedded demo (three nodes, no sm-llm unit or SSH needed).
+# The daemon on the embedded demo (three nodes, no sm-llm unit or SSH needed), on this host
+# only (127.0.0.1); its temporary journals are removed when it stops (Ctrl-C).
 run: $(BASE)
-	$(BIN)/sm-llm-exporter demo --listen :10027
+	$(BIN)/sm-llm-exporter demo --listen 127.0.0.1:10027
 
 bench: venv deps
 	$(BIN)/python bench/report.py

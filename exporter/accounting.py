@@ -25,7 +25,7 @@ from typing import Any, cast
 from exporter._compiled import accounting as compiled
 from exporter.kinds import Kinds
 from exporter.logline import Event, EventKind, Interval, Record
-from exporter.times import fits
+from exporter.times import fits, iso
 
 SECOND = 1_000_000
 START_MARGIN_US = SECOND  # a launch line is logged up to ~1 ms after end - duration
@@ -33,6 +33,7 @@ CAUGHT_UP_SLACK_US = 2 * SECOND  # node clocks and poll/SSH delays
 # A node's journal time further ahead of the exporter's now than this is clock skew (a node's
 # clock, or a corrupted entry), shown as such.
 CLOCK_ALLOWANCE_US = 5 * SECOND
+HOLD_US = 60 * SECOND  # figures this far behind now (beyond a node's usual trail) are held
 # seconds: from a fast node's 50 ms (a real 3-slot run's requests all took under a second),
 # through the seed's 2-15 s reconcile and 20-60 s extraction calls, to half an hour
 DEFAULT_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0)
@@ -453,6 +454,45 @@ class Accounting:
         ]
         if bounds:
             self.advance_to(min(bounds))
+
+    def holder(self, now_us: int) -> tuple[str, str, str] | None:
+        """The node that holds the cluster figures back more than HOLD_US behind now, beyond
+        what it always trails by: (node, what it waits for: `source down`, `backlog`,
+        `request in flight`, and the words for the log, with until when), else None."""
+        held = [
+            (self.node_bound(n, now_us), n, ns)
+            for n, ns in self.nodes.items()
+            if not self._stalled(ns, now_us)
+        ]
+        if not held:
+            return None
+        bound, name, ns = min(held, key=lambda b: b[0])
+        if bound > now_us - HOLD_US:
+            return None
+        if ns.down_since_us is not None:
+            until = iso(ns.down_since_us + self.stall_us)
+            return (
+                name,
+                "source down",
+                f"its source is down (since {iso(ns.down_since_us)}): the figures wait for it "
+                f"until {until}, then go on without it",
+            )
+        if not ns.caught_up:
+            return (
+                name,
+                "backlog",
+                f"its journal is being read, at {iso(ns.newest_us)}: the figures follow it",
+            )
+        if ns.start_lines and ns.in_flight:
+            since = min(ns.in_flight.values())
+            until = iso(since + self.max_request_us)
+            return (
+                name,
+                "request in flight",
+                f"a request in flight since {iso(since)}: the figures wait for its end, at "
+                f"most until {until} (max_request_seconds)",
+            )
+        return None
 
     def _stalled(self, ns: NodeState, now_us: int) -> bool:
         return ns.down_since_us is not None and now_us - ns.down_since_us > self.stall_us

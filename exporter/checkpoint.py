@@ -150,6 +150,26 @@ class StateLock:
             finally:
                 os.close(out)
 
+    def probe(self) -> None:
+        """Write, fsync and remove a file in the state directory: OSError naming the directory
+        and why when a checkpoint could not be written there (read-only, not its owner's, no
+        room), so that start-up refuses instead of serving counters it can never keep."""
+        directory = self.path.parent
+        probe = directory / f".probe-{os.getpid()}"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, b"probe\n")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise OSError(
+                f"state directory {directory} cannot hold checkpoints "
+                f"({e.strerror or type(e).__name__}): set state_dir to a writable directory"
+            ) from None
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

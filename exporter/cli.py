@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from exporter import __version__, config, report, sources
+from exporter import __version__, config, logs, preflight, report, sources
 from exporter.kinds import Kinds, split_rules
+from exporter.logline import Batch
 from exporter.pipeline import tune_gc
 from exporter.times import SECOND, iso, since_us
 
@@ -27,6 +28,30 @@ def _time(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"not a time: {text!r} (ISO 8601 like 2026-09-22T07:32:55, UTC without an offset; "
             f"now; or -30m, -24h, -7d)"
+        ) from None
+
+
+def _ranged(lo: int, hi: int, what: str) -> Callable[[str], int]:
+    """An argparse type: an integer lo..hi, else a message naming the range."""
+
+    def read(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = lo - 1
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer {lo}..{hi}, got {text!r}")
+        return value
+
+    return read
+
+
+def _listen(text: str) -> tuple[str, int]:
+    try:
+        return config.listen_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'expected HOST:PORT or :PORT (IPv6 as "[::1]:10027"), got {text!r}'
         ) from None
 
 
@@ -72,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help=f"default: {config.DEFAULT_PATH}",
     )
+    run.add_argument(
+        "--listen",
+        type=_listen,
+        metavar="ADDR",
+        help="HOST:PORT or :PORT to serve on, instead of the config's listen",
+    )
 
     check = sub.add_parser(
         "check-config",
@@ -80,7 +111,23 @@ def _parser() -> argparse.ArgumentParser:
         description="Check a config file and list every problem with its key path and line. "
         "Exit 0 only when it is valid.",
     )
-    check.add_argument("file", type=Path, metavar="FILE")
+    check.add_argument(
+        "file", type=Path, nargs="?", metavar="FILE", help="the config (or give it as --config)"
+    )
+    check.add_argument(
+        "--config",
+        type=Path,
+        dest="config_option",
+        metavar="FILE",
+        help=f"default: {config.DEFAULT_PATH}",
+    )
+    check.add_argument(
+        "--as-service",
+        action="store_true",
+        help="check the paths as the unit's dynamic user sees them: credentials under "
+        "$CREDENTIALS_DIRECTORY (their sources in /etc/sm-llm-exporter), other files readable "
+        "by a user that owns none of them",
+    )
 
     kh = sub.add_parser(
         "known-hosts",
@@ -112,7 +159,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="where the demo journals go (default: a new temporary directory)",
     )
-    dm.add_argument("--listen", default=":10027", metavar="HOST:PORT", help="default: :10027")
+    dm.add_argument(
+        "--listen",
+        default="127.0.0.1:10027",
+        metavar="HOST:PORT",
+        help="default: 127.0.0.1:10027 (this host only)",
+    )
 
     rp = sub.add_parser(
         "report",
@@ -149,13 +201,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     rp.add_argument(
         "--split-tokens",
-        type=int,
+        type=_ranged(1, 1_000_000_000, "--split-tokens"),
         metavar="N",
         help="two kinds: extraction at or above N tokens, reconcile below (default 600)",
     )
     rp.add_argument(
         "--max-request-seconds",
-        type=int,
+        type=_ranged(1, 7 * 86_400, "--max-request-seconds"),
         metavar="S",
         help="longest request expected (default: the config's, 600)",
     )
@@ -163,26 +215,46 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _relative_times(argv: Sequence[str]) -> list[str]:
+    """`--since -7d` as `--since=-7d` (argparse takes a value starting with `-` for an
+    option)."""
+    out: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        if arg in ("--since", "--until"):
+            value = next(it, None)
+            if value is None:
+                out.append(arg)
+            elif value[:1] == "-" and value[1:2].isdigit():
+                out.append(f"{arg}={value}")
+            else:
+                out += [arg, value]
+            continue
+        out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    args = _parser().parse_args(_relative_times(sys.argv[1:] if argv is None else argv))
+    logs.setup(args.log_level)
     if args.command == "report":
         return _report(args)
     if args.command == "check-config":
-        return _check_config(args.file)
+        if args.file is not None and args.config_option is not None:
+            log.error("give the config once: as FILE or as --config")
+            return 2
+        return _check_config(
+            args.file or args.config_option or config.DEFAULT_PATH, as_service=args.as_service
+        )
     if args.command == "run":
-        return _run(args.config)
+        return _run(args.config, args.listen)
     if args.command == "known-hosts":
         return _known_hosts(args.config, args.nodes)
     if args.command == "demo":
         from exporter import demo
 
-        directory = args.dir or Path(tempfile.mkdtemp(prefix="sm-llm-demo-"))
-        asyncio.run(demo.run_demo(directory, args.listen))
+        with demo.demo_directory(args.dir) as directory:
+            asyncio.run(demo.run_demo(directory, args.listen))
         return 0
     return 2
 
@@ -242,6 +314,9 @@ def _known_hosts(path: Path, names: list[str]) -> int:
         log.error("not nodes of %s: %s", path, ", ".join(unknown))
         return 2
     chosen = [n for n in cfg.nodes if not names or n.name in names]
+    if not names and not any(isinstance(n, config.SshNode) for n in chosen):
+        log.warning("%s has no ssh nodes: no host keys to fetch", path)
+        return 0
     lines, problems = asyncio.run(sources.host_keys(chosen, named=bool(names)))
     if lines:
         print("\n".join(lines))
@@ -250,9 +325,16 @@ def _known_hosts(path: Path, names: list[str]) -> int:
     return 1 if problems else 0
 
 
-def _check_config(path: Path) -> int:
+def _check_config(path: Path, *, as_service: bool = False) -> int:
     cfg = _load(path, as_service=True)
     if cfg is None:
+        return 1
+    text = path.read_text(encoding="utf-8", errors="replace")
+    found = preflight.problems(cfg, config.key_lines(text), str(path), as_service=as_service)
+    if found:
+        log.error("%s: %d problem(s) with the paths it names:", path, len(found))
+        for problem in found:
+            log.error("%s", problem)
         return 1
     print(f"{path}: valid, {len(cfg.nodes)} node(s)")
     for line in config.describe(cfg):
@@ -260,17 +342,27 @@ def _check_config(path: Path) -> int:
     return 0
 
 
-def _run(path: Path) -> int:
+def _run(path: Path, listen: tuple[str, int] | None = None) -> int:
     cfg = _load(path)
     if cfg is None:
         return 1
+    if listen is not None:
+        cfg = dataclasses.replace(cfg, listen_host=listen[0], listen_port=listen[1])
+
+    def reloader() -> config.Config:
+        """The config re-read (SIGHUP), --listen still over its listen; ConfigError else."""
+        new = config.load(path, os.environ, available=sources.AVAILABLE)
+        if listen is not None:
+            new = dataclasses.replace(new, listen_host=listen[0], listen_port=listen[1])
+        return new
+
     from exporter import daemon  # (the report and the checks need none of it)
 
     log.info("sm-llm-exporter %s starting with %s", __version__, path)
     for line in config.describe(cfg):
         log.info("%s", line)
     try:
-        asyncio.run(daemon.Daemon(cfg).run_until_signalled())
+        asyncio.run(daemon.Daemon(cfg, reloader=reloader).run_until_signalled())
     except OSError as e:  # the port taken, the state directory not writable: no traceback
         log.error("cannot run: %s", e)
         return 1
@@ -317,10 +409,24 @@ def _report(args: argparse.Namespace) -> int:
         max_request_us=max_request_us,
         slots=cfg.slots,
     )
+    entries = 0
+
+    def add(batch: Batch) -> None:
+        nonlocal entries
+        entries += batch.entries
+        builder.add(batch)
+
     failed = asyncio.run(
-        sources.read_windows(nodes, args.since, args.until + max_request_us, builder.add, progress)
+        sources.read_windows(nodes, args.since, args.until + max_request_us, add, progress)
     )
     r = builder.finish()
+    if not failed and not entries:
+        log.warning(
+            "the window %s .. %s holds no journal entries of any node (check --since, --until "
+            "and the nodes' unit)",
+            iso(args.since),
+            iso(args.until),
+        )
     for n in r.snapshot.nodes:
         if n.parse_errors:
             log.warning(

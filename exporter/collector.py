@@ -11,10 +11,13 @@ own metrics.
 from __future__ import annotations
 
 import gzip
+import os
+import platform
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from pathlib import Path
 from typing import cast
 
 from prometheus_client import (
@@ -29,11 +32,20 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.openmetrics.exposition import (
+    generate_latest as generate_openmetrics,
+)
 from prometheus_client.registry import Collector
 
+from exporter import _compiled
 from exporter.accounting import REASONS, SECOND, KindCounters, NodeSnapshot, Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+# The git commit the exporter was built from: this variable, else this file in the package
+# (written at install), else "unknown".
+REVISION_ENV = "SMLLM_EXPORTER_REVISION"
+REVISION_FILE = Path(__file__).with_name("REVISION")
 GZIP_LEVEL = 1  # a scrape may wait for it: 2.5 times quicker than level 5, 15% bigger
 
 
@@ -138,15 +150,42 @@ _WATERMARK = "The watermark: concurrency, mix and busy seconds are final up to t
 _CONCURRENCY = "Wall seconds during which exactly nodes_busy nodes were busy, up to the watermark."
 _MIX = "Wall seconds by the set of kinds running, up to the watermark."
 _CHECKPOINT_ERRORS = "Checkpoint writes that failed."
-_BUILD_INFO = "The exporter's version."
+_BUILD_INFO = (
+    "The exporter's version, git revision, Python version, and whether its compiled fast "
+    "paths are on."
+)
+
+
+def _revision() -> str:
+    value = os.environ.get(REVISION_ENV, "").strip()
+    if not value:
+        try:
+            value = REVISION_FILE.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            value = ""
+    value = value.splitlines()[0].strip()[:64] if value else ""
+    return value or "unknown"
+
+
+def build_info(version: str) -> dict[str, str]:
+    """smllm_exporter_build_info's labels, by name: the exporter's version, its git revision
+    (or "unknown"), the Python version, and "true" when the compiled fast paths are on."""
+    compiled = _compiled.speedups is not None and _compiled.accounting is not None
+    return {
+        "compiled": "true" if compiled else "false",
+        "python": platform.python_version(),
+        "revision": _revision(),
+        "version": version,
+    }
 
 
 class SnapshotCollector(Collector):
     """A prometheus_client custom collector over whichever snapshot is current: the reference
     that `Renderer.text` writes quicker."""
 
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, build: dict[str, str] | None = None) -> None:
         self.version = version
+        self.build = build_info(version) if build is None else build
         self.snapshot: Snapshot | None = None
         self.checkpoint_errors = 0
 
@@ -195,8 +234,8 @@ class SnapshotCollector(Collector):
         yield CounterMetricFamily(
             "smllm_checkpoint_errors", _CHECKPOINT_ERRORS, value=self.checkpoint_errors
         )
-        info = GaugeMetricFamily("smllm_exporter_build_info", _BUILD_INFO, labels=["version"])
-        info.add_metric([self.version], 1)
+        info = GaugeMetricFamily("smllm_exporter_build_info", _BUILD_INFO, labels=list(self.build))
+        info.add_metric(list(self.build.values()), 1)
         yield info
 
     def _histogram(self, snap: Snapshot) -> Metric:
@@ -265,15 +304,17 @@ class Exposition:
 
 
 class Renderer:
-    """Renders snapshots, with the process's own metrics beside them; from any thread, one
-    render at a time (it keeps what it rendered last, to render only what changed)."""
+    """Renders snapshots, with the process's own metrics beside them, in the text format 0.0.4
+    (`render`) or OpenMetrics 1.0.0 (`render_openmetrics`); from any thread, one render at a
+    time (it keeps what it rendered last, to render only what changed)."""
 
     def __init__(self, version: str) -> None:
         self.version = version
+        self.build = build_info(version)
         self.process = CollectorRegistry(auto_describe=False)
         self.process.register(ProcessCollector(registry=None))
         self.process.register(PlatformCollector(registry=None))
-        self._layout: _Layout | None = None
+        self._layouts: dict[bool, _Layout] = {}  # by format: OpenMetrics?
         self._lock = threading.Lock()
 
     def render(self, snapshot: Snapshot, checkpoint_errors: int = 0) -> Exposition:
@@ -281,22 +322,45 @@ class Renderer:
             body = self.text(snapshot, checkpoint_errors).encode()
             return Exposition(body + generate_latest(self.process))
 
+    def render_openmetrics(self, snapshot: Snapshot, checkpoint_errors: int = 0) -> Exposition:
+        """The OpenMetrics exposition: what prometheus_client's OpenMetrics generate_latest
+        makes of a SnapshotCollector over it and the process collectors (`# EOF` last)."""
+        with self._lock:
+            body = self.openmetrics_text(snapshot, checkpoint_errors).encode()
+            return Exposition(body + _openmetrics(self.process))
+
     def text(self, snapshot: Snapshot, checkpoint_errors: int = 0) -> str:
         """The snapshot's part of the exposition: what `generate_latest` makes of a
         SnapshotCollector over it."""
+        return self._layout(snapshot, openmetrics=False).render(snapshot, checkpoint_errors)
+
+    def openmetrics_text(self, snapshot: Snapshot, checkpoint_errors: int = 0) -> str:
+        """The snapshot's part of the OpenMetrics exposition (without `# EOF`)."""
+        return self._layout(snapshot, openmetrics=True).render(snapshot, checkpoint_errors)
+
+    def _layout(self, snapshot: Snapshot, openmetrics: bool) -> _Layout:
         shape = _Layout.shape_of(snapshot)
-        layout = self._layout
+        layout = self._layouts.get(openmetrics)
         if layout is None or layout.shape != shape:
-            layout = self._layout = _Layout(shape, self.version)
-        return layout.render(snapshot, checkpoint_errors)
+            layout = self._layouts[openmetrics] = _Layout(shape, self.build, openmetrics)
+        return layout
+
+
+def _openmetrics(registry: CollectorRegistry) -> bytes:
+    """prometheus_client's OpenMetrics generate_latest (untyped there)."""
+    return cast(bytes, generate_openmetrics(registry))  # type: ignore[no-untyped-call]
+
+
+# What a scrape asks for: (OpenMetrics?, gzipped?)
+_Kind = tuple[bool, bool]
 
 
 class Published:
     """A snapshot as /metrics is to show it: rendered when a scrape first asks for it (most of
-    the snapshots, one a second, are never scraped), gzipped when one first accepts gzip, and
-    served from memory after. A scraper that came for the snapshot before is likely to come
-    again: for it this one is made ahead (`prepare_like`), and while that is under way scrapes
-    are answered with the one before, already made."""
+    the snapshots, one a second, are never scraped), in the format it asks for, gzipped when one
+    first accepts gzip, and served from memory after. A scraper that came for the snapshot
+    before is likely to come again: for it this one is made ahead (`prepare_like`), and while
+    that is under way scrapes are answered with the one before, already made."""
 
     def __init__(
         self,
@@ -308,49 +372,63 @@ class Published:
         self.renderer = renderer
         self.snapshot = snapshot
         self.checkpoint_errors = checkpoint_errors
-        self.plain: bytes | None = None  # the body, once rendered
-        self.gzipped: bytes | None = None  # and gzipped, once asked for
-        self.scraped: bool | None = None  # asked for by a scrape: gzipped?
+        self.bodies: dict[_Kind, bytes] = {}  # each body once made, by (OpenMetrics?, gzipped?)
+        self.scraped: _Kind | None = None  # what a scrape asked for last
         self._previous = previous if previous is not None and previous.scraped is not None else None
         if previous is not None:
             previous._previous = None  # no chain of old snapshots
         self._making = False
         self._lock = threading.Lock()
 
-    def ready(self, gzipped: bool) -> bytes | None:
+    @property
+    def plain(self) -> bytes | None:
+        """The text-format body, once rendered."""
+        return self.bodies.get((False, False))
+
+    @property
+    def gzipped(self) -> bytes | None:
+        """The text-format body gzipped, once asked for."""
+        return self.bodies.get((False, True))
+
+    def ready(self, gzipped: bool, openmetrics: bool = False) -> bytes | None:
         """For a scrape: the body if it is made already (or, while it is being made, the one
         before), else None: then call `body`."""
-        self.scraped = gzipped
-        body = self.gzipped if gzipped else self.plain
+        kind = self.scraped = (openmetrics, gzipped)
+        body = self.bodies.get(kind)
         before = self._previous
         if body is None and self._making and before is not None:
-            body = before.gzipped if gzipped else before.plain
+            body = before.bodies.get(kind)
         return body
 
-    def body(self, gzipped: bool) -> bytes:
+    def body(self, gzipped: bool, openmetrics: bool = False) -> bytes:
         """For a scrape: the body, made on the first call that needs it (milliseconds: call it
         from a worker thread), from memory after."""
-        self.scraped = gzipped
-        return self._make(gzipped)
+        kind = self.scraped = (openmetrics, gzipped)
+        return self._make(kind)
 
     def prepare_like(self, previous: Published) -> None:
         """Make now what a scrape asked of `previous`, if one did."""
         if previous.scraped is not None:
             self._make(previous.scraped)
 
-    def _make(self, gzipped: bool) -> bytes:
+    def _make(self, kind: _Kind) -> bytes:
+        openmetrics, gzipped = kind
         with self._lock:
             self._making = True
             try:
-                plain = self.plain
+                plain = self.bodies.get((openmetrics, False))
                 if plain is None:
-                    plain = self.renderer.render(self.snapshot, self.checkpoint_errors).body
-                    self.plain = plain
+                    render = (
+                        self.renderer.render_openmetrics if openmetrics else self.renderer.render
+                    )
+                    plain = render(self.snapshot, self.checkpoint_errors).body
+                    self.bodies[openmetrics, False] = plain
                 if not gzipped:
                     return plain
-                zipped = self.gzipped
+                zipped = self.bodies.get(kind)
                 if zipped is None:
-                    zipped = self.gzipped = gzip.compress(plain, compresslevel=GZIP_LEVEL)
+                    zipped = gzip.compress(plain, compresslevel=GZIP_LEVEL)
+                    self.bodies[kind] = zipped
                 self._previous = None  # made, both ways: the one before is not needed
                 return zipped
             finally:
@@ -382,8 +460,15 @@ def _esc(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-def _header(name: str, doc: str, kind: str) -> str:
-    doc = doc.replace("\\", r"\\").replace("\n", r"\n")
+def _header(name: str, doc: str, kind: str, openmetrics: bool = False) -> str:
+    """A family's HELP and TYPE lines. `name` is the family's: a counter's samples add _total,
+    which the text format 0.0.4 names the family by, and OpenMetrics does not."""
+    if openmetrics:
+        doc = _esc(doc)
+    else:
+        doc = doc.replace("\\", r"\\").replace("\n", r"\n")
+        if kind == "counter":
+            name += "_total"
     return f"# HELP {name} {doc}\n# TYPE {name} {kind}\n"
 
 
@@ -391,14 +476,18 @@ class _Layout:
     """Every sample's name and labels for one shape of snapshot, made once, so that a render
     only formats the values."""
 
-    def __init__(self, shape: _Shape, version: str) -> None:
+    def __init__(self, shape: _Shape, build: dict[str, str], openmetrics: bool = False) -> None:
         self.shape = shape
+
+        def header(name: str, doc: str, kind: str) -> str:
+            return _header(name, doc, kind, openmetrics)
+
         nodes, buckets_us, rows, mixes = shape
         pairs = [(_esc(n), _esc(k)) for n, kinds in nodes for k in kinds]
         names = [_esc(n) for n, _ in nodes]
         self.per_kind = [
             (
-                _header(f"{name}_total", doc, "counter"),
+                header(name, doc, "counter"),
                 attrgetter(attr),
                 attr.endswith("_us"),
                 [f'{name}_total{{kind="{k}",node="{n}"}} ' for n, k in pairs],
@@ -406,7 +495,7 @@ class _Layout:
             for name, doc, attr in _PER_KIND
         ]
         h = "smllm_request_duration_seconds"
-        self.histogram_header = _header(h, "Request durations.", "histogram")
+        self.histogram_header = header(h, "Request durations.", "histogram")
         bounds = [_le(b) for b in buckets_us] + ["+Inf"]
         self.histogram = [
             (
@@ -423,7 +512,7 @@ class _Layout:
         self._columns: dict[str, tuple[Sequence[float | None], list[str]]] = {}
         self.per_node = [
             (
-                _header(f"{name}_total", doc, "counter"),
+                header(name, doc, "counter"),
                 attrgetter(attr),
                 attr.endswith("_us"),
                 [f'{name}_total{{node="{n}"}} ' for n in names],
@@ -431,34 +520,36 @@ class _Layout:
             for name, doc, attr in _PER_NODE_COUNTERS
         ]
         self.gauges = {
-            name: (_header(name, doc, "gauge"), [f'{name}{{node="{n}"}} ' for n in names])
+            name: (header(name, doc, "gauge"), [f'{name}{{node="{n}"}} ' for n in names])
             for name, doc in _PER_NODE_GAUGES
         }
         self.per_reason = [
             (
-                _header(f"{name}_total", doc, "counter"),
+                header(name, doc, "counter"),
                 i,
                 [f'{name}_total{{node="{n}",reason="{r}"}} ' for n in names for r in REASONS],
             )
             for name, doc, i in _PER_REASON
         ]
         self.per_model = [
-            (_header(f"{name}_total", doc, "counter"), f"{name}_total", i)
-            for name, doc, i in _PER_MODEL
+            (header(name, doc, "counter"), f"{name}_total", i) for name, doc, i in _PER_MODEL
         ]
-        self.nodes_busy = _header("smllm_nodes_busy", _NODES_BUSY, "gauge") + "smllm_nodes_busy "
+        self.nodes_busy = header("smllm_nodes_busy", _NODES_BUSY, "gauge") + "smllm_nodes_busy "
         w = "smllm_accounted_until_timestamp_seconds"
-        self.watermark = _header(w, _WATERMARK, "gauge") + f"{w} "
+        self.watermark = header(w, _WATERMARK, "gauge") + f"{w} "
         c = "smllm_concurrency_seconds_total"
-        self.concurrency = _header(c, _CONCURRENCY, "counter")
+        self.concurrency = header(c.removesuffix("_total"), _CONCURRENCY, "counter")
         self.concurrency_rows = [f'{c}{{nodes_busy="{k}"}} ' for k in range(rows)]
         m = "smllm_mix_seconds_total"
-        self.mix = _header(m, _MIX, "counter")
+        self.mix = header(m.removesuffix("_total"), _MIX, "counter")
         self.mix_rows = [f'{m}{{mix="{_esc(label)}"}} ' for label in mixes]
         e = "smllm_checkpoint_errors_total"
-        self.checkpoint_errors = _header(e, _CHECKPOINT_ERRORS, "counter") + f"{e} "
+        self.checkpoint_errors = (
+            header(e.removesuffix("_total"), _CHECKPOINT_ERRORS, "counter") + f"{e} "
+        )
         b = "smllm_exporter_build_info"
-        self.tail = _header(b, _BUILD_INFO, "gauge") + f'{b}{{version="{_esc(version)}"}} 1.0\n'
+        labels = ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(build.items()))
+        self.tail = header(b, _BUILD_INFO, "gauge") + f"{b}{{{labels}}} 1.0\n"
 
     @staticmethod
     def shape_of(snap: Snapshot) -> _Shape:

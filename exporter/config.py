@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
 import os
 import re
@@ -61,11 +62,13 @@ class SshNode:
     unit: str
     port: int = 22
     user: str = "root"
-    known_hosts: Path | None = Path("/etc/sm-llm-exporter/known_hosts")
+    known_hosts: Path | None = Path("/etc/sm-llm-exporter/ssh/known_hosts")
     verify_host_key: bool = True
     client_keys: tuple[Path, ...] = ()
     password_file: Path | None = None
     password_env: str | None = None
+    passphrase_file: Path | None = None  # of encrypted client_keys
+    passphrase_env: str | None = None
     journal_directory: str | None = None
     keepalive_interval: float = 15.0
     keepalive_count_max: int = 3
@@ -133,6 +136,8 @@ NODE_KEYS = {
         "client_keys",
         "password_file",
         "password_env",
+        "passphrase_file",
+        "passphrase_env",
         "journal_directory",
         "keepalive_interval",
         "keepalive_count_max",
@@ -284,6 +289,9 @@ def parse(
         raise ConfigError(source, [_yaml_problem(e, text, source)]) from None
     lines = _index_lines(node) if node is not None else {}
     checker = _Checker(source, lines, env, available)
+    for path, first, second in _duplicates(node) if node is not None else ():
+        where = f"on line {first}" if first == second else f"on lines {first} and {second}"
+        checker.problem(path, f"given twice, {where} (which one?)")
     config = checker.config(data)
     if checker.problems:
         raise ConfigError(source, checker.problems)
@@ -354,6 +362,40 @@ def _index_lines(root: yaml.Node) -> dict[str, int]:
     return out
 
 
+def key_lines(text: str) -> dict[str, int]:
+    """Key path -> line of a config's text (for the problems checks of a loaded config find);
+    empty when it does not compose."""
+    try:
+        node, _ = _compose_and_construct(text)
+    except yaml.YAMLError:
+        return {}
+    return _index_lines(node) if node is not None else {}
+
+
+def _duplicates(root: yaml.Node) -> Iterator[tuple[str, int, int]]:
+    """(key path, first line, second line) of every key a mapping gives twice (YAML would let
+    the last win, silently)."""
+    todo: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen: set[int] = set()
+    while todo:
+        node, path = todo.pop()
+        if id(node) in seen:  # (an alias: walked once)
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                sub = f"{path}.{name}" if path else str(name)
+                line = key.start_mark.line + 1
+                if name in first and isinstance(key, yaml.ScalarNode):
+                    yield sub, first[name], line
+                first.setdefault(name, line)
+                todo.append((value, sub))
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+
+
 class _Checker:
     """Collects every problem instead of stopping at the first."""
 
@@ -391,7 +433,11 @@ class _Checker:
                 continue
             in_kinds = path.startswith("kinds")  # (where `token` is a typo, no secret)
             if not in_kinds and str(key).lower() in _SECRET_KEYS:
-                self.problem(sub, "secrets are never inline: use password_file or password_env")
+                self.problem(
+                    sub,
+                    "secrets are never inline: use password_file or password_env (a key's "
+                    "passphrase: passphrase_file or passphrase_env)",
+                )
                 continue
             near = difflib.get_close_matches(str(key), sorted(allowed), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -581,26 +627,37 @@ class _Checker:
             if directory is not None and files:
                 self.problem(path, "give directory or files, not both")
             return JournalNode(name, node_unit, directory, files)
-        host = self.get(n, "host", path, _nonempty, None, "must be a host name or address")
-        if host is None:
-            if n.get("host") is None:
-                self.problem(path, "an ssh node needs a host")
-            return None
-        d = SshNode(name, host, node_unit)
+        host = self.get(n, "host", path, _host, None, "must be a host name or an IP address")
+        if host is None and n.get("host") is None:
+            self.problem(path, "an ssh node needs a host")
+        d = SshNode(name, host or "", node_unit)
         password_file = self.get(n, "password_file", path, self._path, None, "must be a path")
         password_env = self.get(
             n, "password_env", path, _env_name, None, "must be an environment variable name"
         )
         if password_file is not None and password_env is not None:
             self.problem(path, "give password_file or password_env, not both")
-        return SshNode(
+        passphrase_file = self.get(n, "passphrase_file", path, self._path, None, "must be a path")
+        passphrase_env = self.get(
+            n, "passphrase_env", path, _env_name, None, "must be an environment variable name"
+        )
+        if passphrase_file is not None and passphrase_env is not None:
+            self.problem(path, "give passphrase_file or passphrase_env, not both")
+        node = SshNode(
             name=name,
-            host=host,
+            host=host or "",
             unit=node_unit,
             port=self.get(n, "port", path, _port, d.port, "must be a port 1..65535"),
-            user=self.get(n, "user", path, _nonempty, d.user, "must be a user name"),
+            user=self.get(
+                n,
+                "user",
+                path,
+                _user,
+                d.user,
+                "must be a user name (letters, digits, _ . -; not starting with - or .)",
+            ),
             known_hosts=self.get(
-                n, "known_hosts", path, self._path, d.known_hosts, "must be a path"
+                n, "known_hosts", path, self._path, self._default_known_hosts(), "must be a path"
             ),
             verify_host_key=self.get(
                 n, "verify_host_key", path, _bool, True, "must be true or false"
@@ -610,8 +667,10 @@ class _Checker:
             ),
             password_file=password_file,
             password_env=password_env,
+            passphrase_file=passphrase_file,
+            passphrase_env=passphrase_env,
             journal_directory=self.get(
-                n, "journal_directory", path, _nonempty, None, "must be a path on the node"
+                n, "journal_directory", path, _remote_path, None, "must be a path on the node"
             ),
             keepalive_interval=self.get(
                 n,
@@ -630,6 +689,14 @@ class _Checker:
                 "must be a positive integer",
             ),
         )
+        return node if host is not None else None
+
+    def _default_known_hosts(self) -> Path:
+        """The service's (the unit hands /etc/sm-llm-exporter/ssh/known_hosts over as the
+        credential ssh_known_hosts), else that file."""
+        if "CREDENTIALS_DIRECTORY" in self.env:
+            return Path(self.env["CREDENTIALS_DIRECTORY"]) / "ssh_known_hosts"
+        return Path("/etc/sm-llm-exporter/ssh/known_hosts")
 
     def _path(self, value: Any) -> Path:
         """A path; `$CREDENTIALS_DIRECTORY` and other variables expand from the environment."""
@@ -653,7 +720,9 @@ class _Checker:
 # Keys whose bad value may be a secret pasted by mistake (a password, key material): never
 # echoed in a problem (the problem still names the key, its line and what it must be), nor
 # shown inside a value that holds them (`_show`).
-_MAY_HOLD_A_SECRET = frozenset({"password_env", "password_file", "client_keys"})
+_MAY_HOLD_A_SECRET = frozenset(
+    {"password_env", "password_file", "passphrase_env", "passphrase_file", "client_keys"}
+)
 # The variables systemd sets for a service (systemd.exec(5)): public names, so a problem of a key
 # that may hold a secret names them; any other `$NAME` there may be the tail of a password.
 _SERVICE_VARIABLES = frozenset(
@@ -766,6 +835,12 @@ def _item_pieces(items: list[Any] | tuple[Any, ...]) -> Iterator[Any]:
     yield _Shown(",)" if tuple_ and len(items) == 1 else ")" if tuple_ else "]")
 
 
+def listen_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT` or `:PORT` (IPv6 bracketed) -> (host, port), as `listen:` reads it;
+    ValueError when it is not one."""
+    return _listen(text)
+
+
 def _listen(value: Any) -> tuple[str, int]:
     if not isinstance(value, str) or ":" not in value:
         raise ValueError("")
@@ -774,9 +849,52 @@ def _listen(value: Any) -> tuple[str, int]:
         if not (host.startswith("[") and host.endswith("]")):
             raise ValueError("")
         host = host[1:-1]
-    if not port.isdigit() or int(port) > 65535:
+    if not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError("")
+    if host:  # ("" is every interface)
+        _host(host)
     return host, int(port)
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
+
+
+def _host(value: Any) -> str:
+    """A host name (RFC 1123 labels) or an IP address (IPv6 with or without brackets): nothing
+    a shell or ssh would read as more (`h; touch /x`, `-oProxyCommand=...`, `${VAR}`)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError("")
+    bare = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    try:
+        ipaddress.ip_address(bare)
+        return bare
+    except ValueError:
+        pass
+    name = value.removesuffix(".")
+    if len(name) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in name.split(".")):
+        raise ValueError("")
+    return value
+
+
+def _user(value: Any) -> str:
+    """A POSIX user name (portable characters; not starting with `-`, where ssh would read an
+    option)."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError("")
+    if not _USER.fullmatch(str(value)):
+        raise ValueError("")
+    return str(value)
+
+
+def _remote_path(value: Any) -> str:
+    """A path on the node, passed to its journalctl quoted (a `$` in it is a `$`: nothing
+    expands it): absolute, and nothing unprintable."""
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ValueError("")
+    if not value.isprintable():
+        raise ValueError("")
+    return value
 
 
 def _unit(value: Any) -> str:

@@ -6,7 +6,9 @@ batches, moves the watermark with the clock, and at most once a `publish_seconds
 that checkpoints and then publishes a new snapshot (one at a time, beside the loop: a slow disk
 never holds the reading up), which is rendered once, when first scraped, and read from memory
 after.
-Cancellation is the only way it stops.
+Cancellation is the only way it stops. SIGHUP re-reads the config (`reloader`): between two
+batches, as a restart would take it up (the counters through a checkpoint's state into an
+accounting built from the new config), with every unchanged node's source left running.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from exporter import __version__, sources
+from exporter import __version__, changes, sources
 from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
 from exporter.checkpoint import Checkpoint, CheckpointError, StateLock
 from exporter.collector import Published, Renderer
 from exporter.config import Config, NodeConfig
-from exporter.http import HttpServer, Pages
+from exporter.http import HttpServer, Pages, fd_budget
 from exporter.logline import Batch, Event, EventKind, Record
 from exporter.notify import Notifier
 from exporter.parse import Parser
@@ -59,7 +61,9 @@ class Daemon:
         tick_seconds: float = 0.5,
         version: str = __version__,
         notifier: Notifier | None = None,
+        reloader: Callable[[], Config] | None = None,
     ) -> None:
+        self.reloader = reloader  # the config re-read, for SIGHUP (raises when it is bad)
         self.notifier = notifier if notifier is not None else Notifier()
         self.config = config
         self.clock = clock
@@ -103,6 +107,11 @@ class Daemon:
         # per node, the Batch saying its source ended, and the event set once it is applied
         self._ended: dict[str, tuple[Batch, asyncio.Event]] = {}
         self._caught_up_now = False  # a source caught up since the last publish
+        self._holder: tuple[str, str] | None = None  # (node, why) holding the figures back
+        self._reload_wanted = False
+        self._queue: asyncio.Queue[Batch] | None = None
+        self._tg: asyncio.TaskGroup | None = None
+        self._source_tasks: dict[str, asyncio.Task[None]] = {}
 
     def _now_us(self) -> int:
         return int(self.clock() * SECOND)
@@ -133,6 +142,7 @@ class Daemon:
         """Serve until cancelled (StateInUse at once when another daemon has the state dir)."""
         self.lock.acquire()
         try:
+            self.lock.probe()
             await self._run()
         finally:
             self.lock.release()
@@ -144,10 +154,12 @@ class Daemon:
         log.info("serving /metrics on %s:%d", *self.address)
         # sources hand over at the same ticks (SSH): room for a batch of each
         queue: asyncio.Queue[Batch] = asyncio.Queue(max(QUEUE_SIZE, len(self.config.nodes)))
+        self._queue = queue
         try:
             async with asyncio.TaskGroup() as tg:
+                self._tg = tg
                 for node in self.config.nodes:
-                    tg.create_task(self._follow(node, queue), name=f"source {node.name}")
+                    self._start_source(node)
                 tg.create_task(self._ingest(queue, tg), name="ingest")
         finally:
             await self.server.close()
@@ -165,16 +177,28 @@ class Daemon:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         try:
             await self.run()
         except asyncio.CancelledError:
             task.uncancel()
             log.info("stopping")
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
 
+    def request_reload(self) -> None:
+        """Re-read the config at the ingest loop's next turn (SIGHUP)."""
+        self.notifier.reloading()
+        self._reload_wanted = True
+
     # -- sources ----------------------------------------------------------------------------
+
+    def _start_source(self, node: NodeConfig) -> None:
+        assert self._tg is not None and self._queue is not None
+        self._source_tasks[node.name] = self._tg.create_task(
+            self._follow(node, self._queue), name=f"source {node.name}"
+        )
 
     async def _follow(self, node: NodeConfig, queue: asyncio.Queue[Batch]) -> None:
         """Keep one node's source running; its failures stay here. Retries back off
@@ -230,6 +254,8 @@ class Daemon:
         last_publish = last_tick = time.monotonic()
         publishing: asyncio.Task[None] | None = None
         while True:
+            if self._reload_wanted:
+                self._reload(queue, tg)
             first: Batch | None = None
             if not queue.empty():
                 first = queue.get_nowait()
@@ -273,7 +299,9 @@ class Daemon:
 
     def _apply(self, batch: Batch, now_us: int) -> None:
         node = batch.node
-        ns = self.acc.nodes[node]
+        ns = self.acc.nodes.get(node)
+        if ns is None:  # (a node a reload removed: what it had queued)
+            return
         if batch.caught_up and not ns.caught_up:
             self._caught_up_now = True
         restarts, errors, aborted = ns.restarts, ns.parse_errors, ns.aborted
@@ -328,6 +356,99 @@ class Daemon:
                 aborted,
             )
 
+    # -- reload ---------------------------------------------------------------------------------
+
+    def _reload(self, queue: asyncio.Queue[Batch], tg: asyncio.TaskGroup) -> None:
+        """Take up the re-read config: refused, with its problems logged, when it does not
+        validate (the one in force stays); else what changed is logged and applied as a
+        restart would apply it, every unchanged node's source left running."""
+        self._reload_wanted = False
+        try:
+            if self.reloader is None:
+                log.warning("reload: this daemon has no config file to re-read")
+                return
+            try:
+                new = self.reloader()
+            except Exception as e:  # (ConfigError lists every problem)
+                log.error("reload refused, the config in force stays: %s", e)
+                return
+            if new.state_dir != self.config.state_dir:
+                log.error(
+                    "reload refused: state_dir changed (%s -> %s); restart to move the checkpoint",
+                    self.config.state_dir,
+                    new.state_dir,
+                )
+                return
+            diff = changes.between(self.config, new)
+            if diff.none:
+                log.info("reload: the config is unchanged")
+                return
+            now = self._now_us()
+            while not queue.empty():  # (what the sources handed over is applied first)
+                self._apply(queue.get_nowait(), now)
+            self._take_config(new, diff)
+            for line in diff.lines():
+                log.info("reload: %s", line)
+            if {"listen_host", "listen_port"} & set(diff.settings):
+                tg.create_task(self._rebind(), name="rebind")
+            elif "http_max_connections" in diff.settings:  # (from the next connection on)
+                self.server.max_connections = min(new.http_max_connections, fd_budget())
+        finally:
+            self.notifier.reloaded(self.status())
+
+    def _take_config(self, new: Config, diff: changes.Changes) -> None:
+        old_nodes = self.acc.nodes
+        state = state_of(self.acc)
+        self.config = new
+        acc = self._fresh_accounting()
+        notes = restore(acc, state)
+        for name, ns in acc.nodes.items():  # what its running source said last
+            was = old_nodes.get(name)
+            if was is not None and name not in {n.name for n in diff.changed}:
+                ns.up, ns.caught_up, ns.down_since_us = was.up, was.caught_up, was.down_since_us
+                ns.lag_us, ns.clock_skew_us = was.lag_us, was.clock_skew_us
+        self.acc = acc
+        for note in notes:
+            log.info("reload: %s", note)
+        for name in diff.removed:
+            task = self._source_tasks.pop(name, None)
+            if task is not None:
+                task.cancel()
+            for table in (self.parsers, self.positions, self.node_since, self._errors_logged):
+                table.pop(name, None)
+            self._started.discard(name)
+            self._ended.pop(name, None)
+            self._down_reason.pop(name, None)
+        for parser in self.parsers.values():
+            parser.slots, parser.gone_us = new.slots, new.max_request_seconds * SECOND
+        for node in diff.changed:
+            task = self._source_tasks.pop(node.name, None)
+            if task is not None:
+                task.cancel()
+            self._ended.pop(node.name, None)
+            self._start_source(node)
+        for node in diff.added:
+            self.parsers[node.name] = self._parser(node.name)
+            self.positions[node.name] = ""
+            self.node_since[node.name] = new.since_us(self._now_us())
+            self._errors_logged[node.name] = 0
+            self._start_source(node)
+        self._served = self.acc.snapshot()
+
+    async def _rebind(self) -> None:
+        """Serve on the reloaded listen address (the old one closed first: it may be the same
+        port)."""
+        c = self.config
+        await self.server.close()
+        self.server = HttpServer(
+            self.pages, c.listen_host, c.listen_port, max_connections=c.http_max_connections
+        )
+        try:
+            self.address = await self.server.start()
+        except OSError as e:
+            log.error("reload: cannot serve on %s:%d: %s", c.listen_host, c.listen_port, e)
+            raise
+
     def _tick(self, now_us: int) -> None:
         for node, parser in self.parsers.items():
             recs = parser.flush(self.acc.read_until(node, now_us))
@@ -338,6 +459,20 @@ class Daemon:
                 if ns.aborted != aborted:
                     self._log_events(node, recs, ns.aborted - aborted)
         self.acc.advance(now_us)
+        self._watch_holder(now_us)
+
+    def _watch_holder(self, now_us: int) -> None:
+        """Log once which node holds the cluster figures back, what for and until when, and
+        once when it no longer does."""
+        holder = self.acc.holder(now_us)
+        key = None if holder is None else holder[:2]
+        if key == self._holder:
+            return
+        if self._holder is not None:
+            log.info("node %s no longer holds the cluster figures back", self._holder[0])
+        if holder is not None:
+            log.warning("node %s holds the cluster figures back: %s", holder[0], holder[2])
+        self._holder = key
 
     # -- checkpoint, then publish --------------------------------------------------------------
 

@@ -13,8 +13,13 @@ import asyncio
 import heapq
 import logging
 import random
+import shutil
+import signal
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +32,7 @@ log = logging.getLogger(__name__)
 NODES = ("node0", "node1", "node2")
 SEED = 1
 SECOND = 1_000_000
+TEMP_PREFIX = "sm-llm-demo-"
 
 
 @dataclass(frozen=True)
@@ -210,3 +216,28 @@ async def run_demo(directory: Path, listen: str) -> None:
         appending = tg.create_task(appender.run(), name="demo appender")
         await daemon.run_until_signalled()
         appending.cancel()
+
+
+@contextmanager
+def demo_directory(given: Path | None = None) -> Iterator[Path]:
+    """Where the demo's journals go: `given` (the user's `--dir`, never removed), else a new
+    temporary directory that is removed on the way out, however the demo ends (a normal exit,
+    an exception, SIGINT, or SIGTERM: one that comes while the daemon's own handlers are not
+    installed yet, or no longer, ends the demo through this cleanup too)."""
+    if given is not None:
+        yield given
+        return
+    directory = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+
+    def terminated(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    main = threading.current_thread() is threading.main_thread()  # (signals: main thread only)
+    previous = signal.signal(signal.SIGTERM, terminated) if main else None
+    try:
+        yield directory
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        shutil.rmtree(directory, ignore_errors=True)
+        log.info("demo journals in %s removed", directory)

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from exporter.collector import CONTENT_TYPE, Published
+from exporter.collector import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Published
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,7 @@ class _Render:
 
     published: Published
     gzipped: bool
+    openmetrics: bool = False
 
 
 @dataclass
@@ -193,6 +194,7 @@ class HttpServer:
         self._listeners = await _listen(self._loop, self.host, self.port)
         for sock in self._listeners:
             self._loop.add_reader(sock.fileno(), self._accept, sock)
+            log.info("listening on %s", metrics_url(sock.getsockname()))
         name = self._listeners[0].getsockname()
         self.port = int(name[1])
         return str(name[0]), int(name[1])
@@ -356,10 +358,11 @@ class HttpServer:
             if published is None:
                 return 503, "text/plain", b"no snapshot yet\n", []
             gzipped = accepts_gzip(_header(header_text, b"accept-encoding"))
-            body = published.ready(gzipped)
+            openmetrics = wants_openmetrics(_header(header_text, b"accept"))
+            body = published.ready(gzipped, openmetrics)
             if body is None:
-                return _Render(published, gzipped)
-            return _metrics(body, gzipped)
+                return _Render(published, gzipped, openmetrics)
+            return _metrics(body, gzipped, openmetrics)
         if target == b"/-/healthy":
             return 200, "text/plain", b"OK\n", []
         if target == b"/-/ready":
@@ -371,8 +374,9 @@ class HttpServer:
         return 404, "text/plain", b"not found\n", []
 
 
-def _metrics(body: bytes, gzipped: bool) -> _Answer:
-    return 200, CONTENT_TYPE, body, ["Content-Encoding: gzip"] if gzipped else []
+def _metrics(body: bytes, gzipped: bool, openmetrics: bool) -> _Answer:
+    ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE
+    return 200, ctype, body, ["Content-Encoding: gzip"] if gzipped else []
 
 
 class _Connection(asyncio.Protocol):
@@ -472,11 +476,13 @@ class _Connection(asyncio.Protocol):
             return
         self.server._enter(self, _ANSWER)
         self.rendering = asyncio.ensure_future(
-            asyncio.to_thread(answer.published.body, answer.gzipped)
+            asyncio.to_thread(answer.published.body, answer.gzipped, answer.openmetrics)
         )
-        self.rendering.add_done_callback(functools.partial(self._rendered, answer.gzipped))
+        self.rendering.add_done_callback(
+            functools.partial(self._rendered, answer.gzipped, answer.openmetrics)
+        )
 
-    def _rendered(self, gzipped: bool, rendering: asyncio.Future[bytes]) -> None:
+    def _rendered(self, gzipped: bool, openmetrics: bool, rendering: asyncio.Future[bytes]) -> None:
         self.rendering = None
         if self.gone or rendering.cancelled():
             return
@@ -485,7 +491,7 @@ class _Connection(asyncio.Protocol):
             log.error("http: cannot render /metrics", exc_info=error)
             self.cut()
             return
-        self._send(_metrics(rendering.result(), gzipped))
+        self._send(_metrics(rendering.result(), gzipped, openmetrics))
         self._next()
 
     def _send(self, answer: _Answer) -> None:
@@ -549,6 +555,8 @@ async def _listen(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list
     socks: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in dict.fromkeys(infos):
+            if port == 0 and socks:  # one port for every address: the one the first was given
+                address = (address[0], socks[0].getsockname()[1], *address[2:])
             sock = socket.socket(family, kind, proto)
             socks.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -571,6 +579,15 @@ async def _listen(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list
             sock.close()
         raise
     return socks
+
+
+def metrics_url(address: tuple[object, ...]) -> str:
+    """/metrics's URL on a bound socket's address: http://127.0.0.1:10027/metrics,
+    http://[::1]:10027/metrics."""
+    host, port = str(address[0]), int(cast(int, address[1]))
+    if ":" in host:
+        host = f"[{host.replace('%', '%25')}]"  # (a zone: RFC 6874)
+    return f"http://{host}:{port}/metrics"
 
 
 def _sent_more(conn: _Connection) -> bool:
@@ -624,3 +641,43 @@ def accepts_gzip(value: bytes) -> bool:
         if coding == b"*":
             star = accepted
     return bool(star)
+
+
+_OPENMETRICS = (b"application", b"openmetrics-text", (b"1.0.0", b"0.0.1"))  # 0.0.1: its draft
+_TEXT = (b"text", b"plain", (b"0.0.4",))
+
+
+def wants_openmetrics(value: bytes) -> bool:
+    """Does an Accept value (lower case) prefer OpenMetrics 1.0.0 to the text format 0.0.4
+    (RFC 9110 12.5.1)? Each format takes the q-value of the most specific media range that
+    matches it (`*/*`, then `type/*`, then the type, then the type with a version it is:
+    OpenMetrics 1.0.0 or 0.0.1, text 0.0.4; a range naming another version does not match).
+    OpenMetrics when its q-value is above 0 and above the text format's, or equal to it and
+    OpenMetrics named by its own type; the text format otherwise (no Accept, `*/*`, neither
+    accepted). A malformed q-value accepts nothing."""
+    best = {True: (-1, 0.0), False: (-1, 0.0)}  # by OpenMetrics?: (specificity, q-value)
+    for item in value.split(b","):
+        media, *params = (p.strip() for p in item.split(b";"))
+        q, version = 1.0, b""
+        for param in params:
+            key, _, v = param.partition(b"=")
+            key, v = key.strip(), v.strip().strip(b'"')
+            if key == b"q":
+                q = float(v) if _QVALUE.fullmatch(v) is not None else 0.0
+            elif key == b"version":
+                version = v
+        kind, _, sub = (m.strip() for m in media.partition(b"/"))
+        for openmetrics, (want_kind, want_sub, versions) in ((True, _OPENMETRICS), (False, _TEXT)):
+            if kind == b"*" and sub == b"*":
+                specificity = 0
+            elif kind == want_kind and sub == b"*":
+                specificity = 1
+            elif kind == want_kind and sub == want_sub and (not version or version in versions):
+                specificity = 3 if version else 2
+            else:
+                continue
+            was, was_q = best[openmetrics]
+            if specificity > was or (specificity == was and q > was_q):
+                best[openmetrics] = (specificity, q)
+    (specificity, q), (_, text_q) = best[True], best[False]
+    return q > 0 and (q > text_q or (q == text_q and specificity >= 2))

@@ -1,4 +1,4 @@
-"""sd_notify for a Type=notify service: READY=1, STATUS=, WATCHDOG=1 and STOPPING=1.
+"""sd_notify for a Type=notify service: READY=1, STATUS=, WATCHDOG=1, RELOADING=1, STOPPING=1.
 
 Silent when systemd did not ask (no NOTIFY_SOCKET). The watchdog is fed at most twice per
 WATCHDOG_USEC, from the ingest loop's own turns: a heartbeat of the loop, not of entries read.
@@ -56,6 +56,14 @@ class Notifier:
         if now - self._last_watchdog >= self.watchdog_every:
             self._last_watchdog = now
             self._send("WATCHDOG=1")
+
+    def reloading(self) -> None:
+        """A reload has begun (SIGHUP); `reloaded` when it is done, taken up or refused."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        self._send(f"RELOADING=1\nMONOTONIC_USEC={usec}\nSTATUS=reloading the config")
+
+    def reloaded(self, status: str) -> None:
+        self._send(f"READY=1\nSTATUS={status}")
 
     def stopping(self) -> None:
         self._send("STOPPING=1\nSTATUS=stopping: writing the last checkpoint")

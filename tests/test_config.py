@@ -108,13 +108,15 @@ BAD: list[tuple[str, str, list[str]]] = [
         "inline-password-in-node",
         ssh_key("password", "hunter2"),
         [
-            "cfg.yaml:5: nodes[0].password: secrets are never inline: use password_file or password_env"
+            "cfg.yaml:5: nodes[0].password: secrets are never inline: use password_file or password_env (a key's passphrase: passphrase_file or passphrase_env)"
         ],
     ),
     (
         "inline-secret-top-level-any-case",
         y(*FILE_NODE, "Passphrase: hunter2"),
-        ["cfg.yaml:3: Passphrase: secrets are never inline: use password_file or password_env"],
+        [
+            "cfg.yaml:3: Passphrase: secrets are never inline: use password_file or password_env (a key's passphrase: passphrase_file or passphrase_env)"
+        ],
     ),
     # kinds
     (
@@ -301,7 +303,7 @@ BAD: list[tuple[str, str, list[str]]] = [
     (
         "ssh-host-empty",
         y("nodes:", "  - name: a", "    source: ssh", "    host: ''"),
-        ["cfg.yaml:4: nodes[0].host: must be a host name or address, got ''"],
+        ["cfg.yaml:4: nodes[0].host: must be a host name or an IP address, got ''"],
     ),
     (
         "credentials-directory-not-set-in-a-list",
@@ -430,7 +432,11 @@ SSH_VALUES: list[tuple[str, str, str]] = [
     # never echoed: a password pasted here by mistake must not reach the log
     ("password_env", "1PW", "must be an environment variable name"),
     ("password_env", "'NODE PW'", "must be an environment variable name"),
-    ("user", "''", "must be a user name, got ''"),
+    (
+        "user",
+        "''",
+        "must be a user name (letters, digits, _ . -; not starting with - or .), got ''",
+    ),
     ("client_keys", "/id_ed25519", "must be a list of paths"),
     ("client_keys", "'-----BEGIN OPENSSH PRIVATE KEY-----'", "must be a list of paths"),
     ("password_file", "[hunter2]", "must be a path"),
@@ -563,7 +569,7 @@ MANY_PROBLEMS = [
     "cfg.yaml:4: stall_seconds: must be a positive integer, got 0",
     "cfg.yaml:5: since: must be now, an ISO 8601 time or a relative time like -24h, got '-24x' (Invalid isoformat string: '-24x')",
     "cfg.yaml:6: duration_buckets: must be a list of increasing positive seconds, got [5, 1]",
-    "cfg.yaml:7: password: secrets are never inline: use password_file or password_env",
+    "cfg.yaml:7: password: secrets are never inline: use password_file or password_env (a key's passphrase: passphrase_file or passphrase_env)",
     "cfg.yaml:9: kinds[0].name: must be a lower-case name (a-z, 0-9, _), not idle or unknown, got 'idle'",
     "cfg.yaml:10: kinds[1]: min_tokens 10 is above max_tokens 5",
     "cfg.yaml:12: nodes[0].source: must be one of file, journal, ssh, got 'jornal' (did you mean 'journal'?)",
@@ -658,7 +664,7 @@ def test_node_defaults() -> None:
             unit="sm-llm.service",
             port=22,
             user="root",
-            known_hosts=Path("/etc/sm-llm-exporter/known_hosts"),
+            known_hosts=Path("/etc/sm-llm-exporter/ssh/known_hosts"),
             verify_host_key=True,
             client_keys=(),
             password_file=None,
@@ -746,8 +752,15 @@ def test_full_config_parses_into_the_dataclasses() -> None:
                 keepalive_interval=2.5,
                 keepalive_count_max=5,
             ),
-            SshNode("10.0.0.3", "10.0.0.3", "llama.service", password_file=CREDS / "pw"),
-            SshNode("n_4", "n4", "llama.service", user="0"),
+            # (the default known_hosts, with $CREDENTIALS_DIRECTORY set: the service's)
+            SshNode(
+                "10.0.0.3",
+                "10.0.0.3",
+                "llama.service",
+                known_hosts=CREDS / "ssh_known_hosts",
+                password_file=CREDS / "pw",
+            ),
+            SshNode("n_4", "n4", "llama.service", user="0", known_hosts=CREDS / "ssh_known_hosts"),
         ),
     )
 
@@ -857,7 +870,14 @@ def test_credentials_directory_comes_from_the_env_given_to_parse(
         assert "$CREDENTIALS_DIRECTORY is not set" in found
     else:
         [node] = good(text, env=env).nodes
-        assert node == SshNode("a", "h", "sm-llm.service", password_file=Path(expected))
+        creds = Path(env["CREDENTIALS_DIRECTORY"])
+        assert node == SshNode(
+            "a",
+            "h",
+            "sm-llm.service",
+            password_file=Path(expected),
+            known_hosts=creds / "ssh_known_hosts",  # (the default, under the service)
+        )
 
 
 @pytest.mark.parametrize(
@@ -945,13 +965,22 @@ def test_example_commented_nodes_are_valid_once_uncommented() -> None:
 # -- the command line (the `cli` fixture: conftest.py) ----------------------------------------
 
 
-def test_check_config_on_the_example_exits_0(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+EXAMPLE_DUMP_LINE = EXAMPLE_TEXT.splitlines().index("    path: /srv/dumps/node0.json") + 1
+
+
+def test_check_config_on_the_example_finds_only_its_placeholder_dump(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its form is valid; of the paths it names, only the example dump is not there."""
     monkeypatch.chdir(ROOT)
     code, out, err = cli("check-config", "config.example.yaml")
-    assert code == 0, err
-    assert re.match(r"config\.example\.yaml: valid, \d+ node\(s\)\n", out)
-    assert "  node dump0: file /srv/dumps/node0.json\n" in out
-    assert "ERROR" not in err
+    assert code == 1 and out == ""
+    errors = [line.split(" ERROR exporter.cli: ", 1)[1] for line in err.splitlines()]
+    assert errors == [
+        "config.example.yaml: 1 problem(s) with the paths it names:",
+        f"config.example.yaml:{EXAMPLE_DUMP_LINE}: nodes[0].path: /srv/dumps/node0.json "
+        "does not exist",
+    ]
 
 
 def test_check_config_good_file(cli: Cli, tmp_path: Path) -> None:
@@ -959,14 +988,14 @@ def test_check_config_good_file(cli: Cli, tmp_path: Path) -> None:
     path.write_text(
         y(
             "nodes:",
-            "  - {name: a, source: file, path: /x}",
-            "  - {name: b, source: file, path: /y}",
+            "  - {name: a, source: file, path: /dev/null}",
+            "  - {name: b, source: file, path: /dev/zero}",
         ),
         encoding="utf-8",
     )
     code, out, err = cli("check-config", str(path))
     assert code == 0, err
-    assert out == f"{path}: valid, 2 node(s)\n  node a: file /x\n  node b: file /y\n"
+    assert out == f"{path}: valid, 2 node(s)\n  node a: file /dev/null\n  node b: file /dev/zero\n"
     assert err == ""
 
 
@@ -1015,8 +1044,12 @@ def test_check_config_from_a_shell_reads_credentials_as_the_service_will(
     path = tmp_path / "c.yaml"
     path.write_text(CREDENTIALS_NODE, encoding="utf-8")
     code, out, err = cli("check-config", str(path), *(["--log-level", level] if level else []))
-    assert code == 0, err
-    assert out.startswith(f"{path}: valid, 1 node(s)")
+    # valid; and its credential is followed to the file the unit hands over, not there here
+    assert code == 1 and out == "", err
+    assert (
+        f"{path}:5: nodes[0].known_hosts: {SERVICE_CREDENTIALS}/ssh_known_hosts comes from "
+        "/etc/sm-llm-exporter/ssh/known_hosts, which does not exist"
+    ) in err
     said = f"read as the service's, {SERVICE_CREDENTIALS}" in err
     assert said == (level is None), err
     # `run` is the service: there the variable must be set
@@ -1027,9 +1060,9 @@ def test_check_config_from_a_shell_reads_credentials_as_the_service_will(
 
 # a valid node of each source kind
 NODE_OF = {
-    "file": "{name: a, source: file, path: /x}",
+    "file": "{name: a, source: file, path: /dev/null}",
     "journal": "{name: a, source: journal}",
-    "ssh": "{name: a, source: ssh, host: h}",
+    "ssh": "{name: a, source: ssh, host: h, known_hosts: /dev/null}",
 }
 UNAVAILABLE = sorted(ALL_SOURCES - sources.AVAILABLE)
 
@@ -1085,7 +1118,7 @@ def fake_daemon(monkeypatch: pytest.MonkeyPatch) -> list[Config]:
     made: list[Config] = []
 
     class FakeDaemon:
-        def __init__(self, config: Config) -> None:
+        def __init__(self, config: Config, **options: object) -> None:
             made.append(config)
 
         async def run_until_signalled(self) -> None:
@@ -1161,7 +1194,7 @@ def test_run_on_a_taken_port_says_so_and_exits_1(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "code", "stdout", "stderr"),
     [
-        (y(*FILE_NODE), 0, "valid, 1 node(s)", ""),
+        (y("nodes:", "  - {name: a, source: file, path: /dev/null}"), 0, "valid, 1 node(s)", ""),
         (
             y("stall_seconds: -1", *FILE_NODE),
             1,

@@ -46,6 +46,7 @@ from conftest import (
 )
 from support.daemon_thread import DaemonThread
 from support.dumps import report_of_dumps
+from support.readme import metric_table
 
 REPO = Path(__file__).resolve().parent.parent
 START = 1_790_000_000 * SECOND  # the dumps' window: two hours, long past
@@ -141,6 +142,13 @@ def test_every_metric_served_and_promtool_clean(dumps: dict[str, Path], tmp_path
     names = {name for name, _ in samples}
     missing = [m for m in DESIGN_METRICS if m not in names]
     assert not missing
+    # the README's metric table names every family served, and serves every row it has (but
+    # those it says are absent until seen)
+    table = metric_table()
+    served = {re.sub(r"_(bucket|count|sum)$", "", n) for n in names if n.startswith("smllm_")}
+    assert sorted(n for n in served if n not in table) == []
+    unseen = sorted(n for n in table if n not in served and "absent" not in table[n][2])
+    assert unseen == []
     for node in NODES:
         for kind in ("extraction", "reconcile"):
             assert (sample(samples, "smllm_requests_total", node=node, kind=kind) or 0) > 0

@@ -5,8 +5,11 @@ small chunks, and `run()` on a real asyncio loop. Every test works on real files
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -16,11 +19,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.demo import node_lines, short_iso
 from exporter.logline import Batch, Event, EventKind, Interval, LogLine, Record
 from exporter.parse import KEYWORDS, Parser, classify
 from exporter.sources.entries import EntryDecoder
 from exporter.sources.file import BACKLOG_READS, CHUNK, FilePosition, FileSource
 from exporter.sources.lines import find_lines
+
+from support.daemon_process import DaemonProcess, file_nodes
+from support.scrape import total
+from support.tools import deadline, wait_for
 
 T0 = 1_790_062_264_127_792  # 2026-09-22T07:31:04.127792Z
 MS = 1000
@@ -787,3 +795,186 @@ def test_negative_offset_in_a_position_starts_from_the_start(tmp_path: Path) -> 
     st = os.stat(path)
     batch = FileSource("n", path, since_us=0, position=f"{st.st_dev}:{st.st_ino}:-5").step()
     assert batch is not None and [line.message for line in batch.lines] == [TOTAL_D]
+
+
+# -- 12. a FIFO, and a read that never returns -------------------------------------------------
+
+
+def fifo_writer(path: Path) -> int | None:
+    """A blocking write end of the FIFO at `path`, or None while no reader has it open (a
+    writer's open without O_NONBLOCK would wait for one)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            return None
+        raise
+    os.set_blocking(fd, True)
+    return fd
+
+
+def unblock(path: Path) -> None:
+    """Release a reader stuck opening the FIFO (what the source did before it used O_NONBLOCK),
+    so a failing test fails instead of hanging: open the write end once and close it."""
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)  # (O_RDWR never blocks on a FIFO)
+    os.close(fd)
+
+
+def test_fifo_with_no_writer_is_nothing_to_read_until_one_writes(tmp_path: Path) -> None:
+    path = tmp_path / "node0.fifo"
+    os.mkfifo(path)
+    src = FileSource("node0", path, since_us=0)
+    try:
+        with deadline(5):
+            first = src.step()  # no writer: neither the open nor the read waits for one
+            assert first is not None and first.up and first.caught_up and not first.entries
+            assert src.step() is None  # and polled again: still nothing, said once
+            writer = fifo_writer(path)
+            assert writer is not None  # the source holds the read end
+            assert src.step() is None  # a writer that wrote nothing yet: nothing to read
+            os.write(writer, lines_of(render("short", T0, LAUNCH.format(t=1))))
+            os.write(writer, lines_of(render("short", T0 + MS, TOTAL_D))[:-20])
+            got = src.step()
+            assert got is not None and got.caught_up and messages([got]) == [LAUNCH.format(t=1)]
+            os.write(writer, lines_of(render("short", T0 + MS, TOTAL_D))[-20:])
+            os.close(writer)
+            got = src.step()
+            assert got is not None and messages([got]) == [TOTAL_D]
+            assert src.step() is None  # the writer gone: nothing more, and no error
+            # a writer that comes later is read as well
+            writer = fifo_writer(path)
+            assert writer is not None
+            os.write(writer, lines_of(render("short", T0 + 2 * MS, LAUNCH.format(t=2))))
+            os.close(writer)
+            got = src.step()
+            assert got is not None and messages([got]) == [LAUNCH.format(t=2)]
+    finally:
+        unblock(path)
+
+
+def test_run_on_a_fifo_with_no_writer_stops_at_once_when_cancelled(tmp_path: Path) -> None:
+    path = tmp_path / "node0.fifo"
+    os.mkfifo(path)
+    src = CountingSource("node0", path, since_us=0, poll_seconds=0.01)
+
+    async def main() -> float:
+        queue: asyncio.Queue[Batch] = asyncio.Queue()
+        task = asyncio.create_task(src.run(queue))
+        try:
+            await more_polls(src, 3)  # polling the FIFO, not stuck opening it
+            began = time.monotonic()
+            task.cancel()
+            done, _ = await asyncio.wait([task], timeout=1.0)
+            assert done, "the source did not stop within 1 s of its cancellation"
+            return time.monotonic() - began
+        finally:
+            unblock(path)
+            await asyncio.wait([task])
+
+    assert asyncio.run(main()) < 1.0
+    assert src.closed
+
+
+class StuckSource(FileSource):
+    """A FileSource whose reads after the first hang until released (a hung file system)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.stuck = threading.Event()
+        self.release = threading.Event()
+        self.steps = 0
+
+    def step(self) -> Batch | None:
+        self.steps += 1
+        if self.steps > 1:  # (the first opened the file)
+            self.stuck.set()
+            self.release.wait(10)
+        return super().step()
+
+
+def test_run_does_not_wait_for_a_read_that_never_returns(tmp_path: Path) -> None:
+    path = tmp_path / "node0.log"
+    path.write_bytes(lines_of(render("short", T0, LAUNCH.format(t=0))))
+    src = StuckSource("node0", path, since_us=0, poll_seconds=0.01)
+
+    async def main() -> None:
+        queue: asyncio.Queue[Batch] = asyncio.Queue()
+        task = asyncio.create_task(src.run(queue))
+        try:
+            await until(src.stuck.is_set, "a read to hang")
+            task.cancel()
+            done, _ = await asyncio.wait([task], timeout=1.0)
+            assert done, "the source waited for its stuck read"
+            assert not src.closed  # the read still holds the file ...
+        finally:
+            src.release.set()
+            await asyncio.wait([task])
+
+    asyncio.run(main())
+    wait_for(lambda: src.closed, 5, "the file closed once the read returned")  # ... until now
+
+
+DEMO_START = 1_790_000_000_000_000  # the demo lines' window, long past
+DAEMON_SINCE = datetime.fromtimestamp(DEMO_START // 1_000_000, UTC).isoformat()
+
+
+def holds_open(pid: int, path: Path) -> bool:
+    """Does process `pid` have `path` open (the daemon's source waits on it)?"""
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.readlink(fd) == str(path) for fd in fds.iterdir())
+    except FileNotFoundError:  # a descriptor closed while listed
+        return False
+
+
+def demo_dump(seconds: int, start_us: int = DEMO_START) -> tuple[bytes, int]:
+    """node0's demo journal over [start_us, +seconds) and the requests in it."""
+    lines = [
+        short_iso("node0", x)
+        for x in node_lines("node0", 7, start_us, start_us + seconds * 1_000_000)
+    ]
+    return "".join(x + "\n" for x in lines).encode(), sum("total time" in x for x in lines)
+
+
+def test_daemon_on_a_fifo_no_writer_opened_stops_within_a_second_of_sigterm(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "node0.fifo"
+    os.mkfifo(path)
+    config = {"since": DAEMON_SINCE, "nodes": file_nodes({"node0": path})}
+    try:
+        with DaemonProcess(tmp_path / "daemon", config) as d:
+            d.start()
+            wait_for(lambda: holds_open(d.pid, path), 10, "the daemon to open the FIFO")
+            sent_us = d.stop_within_a_second()
+            checkpoint = d.checkpoint()
+            assert checkpoint["written_at_us"] >= sent_us  # the final checkpoint, at shutdown
+            assert "node0" in checkpoint["positions"]
+    finally:
+        unblock(path)
+
+
+def test_daemon_counts_what_a_later_writer_sends_to_a_fifo(tmp_path: Path) -> None:
+    path = tmp_path / "node0.fifo"
+    os.mkfifo(path)
+    config = {"since": DAEMON_SINCE, "nodes": file_nodes({"node0": path})}
+    try:
+        with DaemonProcess(tmp_path / "daemon", config) as d:
+            d.start()
+            expected = 0
+            for round_ in range(2):  # a writer, gone, and another one
+                writer = wait_for(lambda: fifo_writer(path), 10, "the daemon to open the FIFO")
+                data, requests = demo_dump(300, DEMO_START + round_ * 300 * 1_000_000)
+                assert requests > 0
+                with os.fdopen(writer, "wb") as w:
+                    w.write(data)
+                expected += requests
+
+                def counted(want: int = expected) -> bool:
+                    return total(d.metrics(), "smllm_requests_total", node="node0") == want
+
+                wait_for(counted, 10, f"{expected} requests counted")
+            sent_us = d.stop_within_a_second()
+            assert d.checkpoint()["written_at_us"] >= sent_us
+    finally:
+        unblock(path)

@@ -360,8 +360,8 @@ def test_a_secret_in_the_right_key_is_in_no_problem_description_or_source_error(
             read_secret(node, {})
         errors.append(str(e.value))
     assert errors == [
-        "node e: its password_env variable is not set",
-        "node f: cannot read its password_file: No such file or directory",
+        "node e: ssh root@h:22: its password_env variable is not set",
+        "node f: ssh root@h:22: cannot read its password_file: No such file or directory",
     ]
 
 
@@ -371,7 +371,7 @@ def test_a_password_file_that_is_not_utf8_is_a_source_error(tmp_path: Path) -> N
     node = SshNode("a", "h", "sm-llm.service", password_file=path)
     with pytest.raises(SourceError) as e:
         read_secret(node, {})
-    assert str(e.value) == "node a: its password_file is not UTF-8"
+    assert str(e.value) == f"node a: ssh root@h:22: its password_file {path} is not UTF-8"
 
 
 # -- whatever the text: a Config or a ConfigError whose problems each name the source ----------

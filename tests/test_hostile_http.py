@@ -596,10 +596,10 @@ class _Made:
     def __init__(self, size: int) -> None:
         self.made = b"x" * size
 
-    def ready(self, gzipped: bool) -> bytes:
+    def ready(self, gzipped: bool, openmetrics: bool = False) -> bytes:
         return self.made
 
-    def body(self, gzipped: bool) -> bytes:
+    def body(self, gzipped: bool, openmetrics: bool = False) -> bytes:
         return self.made
 
 
@@ -862,6 +862,11 @@ def test_whatever_a_request_head_is_the_answer_is_whole_http_or_a_close() -> Non
         @given(data=_BYTES, fresh=st.booleans())
         @example(data=b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n" * 3, fresh=True)
         @example(data=b"HEAD /metrics HTTP/1.1\r\n\r\nGET /-/ready HTTP/1.0\r\n\r\n", fresh=True)
+        @example(
+            data=b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0"
+            b"\r\nAccept-Encoding: gzip\r\n\r\nHEAD /metrics HTTP/1.1\r\nAccept: a/b;q=;,\r\n\r\n",
+            fresh=True,
+        )
         @example(data=b"GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", fresh=False)
         @example(data=b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", fresh=False)
         @example(data=b"GET / HTTP/1.1\r\n X-Folded: yes\r\n\r\n", fresh=False)

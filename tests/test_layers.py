@@ -16,11 +16,12 @@ ROOT = PACKAGE.parent
 # kinds it starts.
 LEVELS: list[set[str]] = [
     {"exporter._speedups", "exporter._accounting"},
-    {"exporter", "exporter.times", "exporter.logline", "exporter._compiled"},
+    {"exporter", "exporter.times", "exporter.logline", "exporter._compiled", "exporter.logs"},
     {"exporter.kinds"},
     {"exporter.parse"},
     {"exporter.accounting"},
     {"exporter.config"},
+    {"exporter.changes"},
     {"exporter.sources.entries"},
     {"exporter.sources.lines"},
     {"exporter.sources.base"},
@@ -28,7 +29,7 @@ LEVELS: list[set[str]] = [
     {"exporter.sources"},
     {"exporter.pipeline", "exporter.report"},
     {"exporter.checkpoint", "exporter.collector", "exporter.notify"},
-    {"exporter.http"},
+    {"exporter.http", "exporter.preflight"},
     {"exporter.daemon"},
     {"exporter.demo"},
     {"exporter.cli"},

@@ -8,24 +8,34 @@ every dashboard panel, read from deploy/grafana/sm-llm-exporter.json with its va
 substituted as Grafana would, returns data through the HTTP API, both as the range query a
 panel runs and as an instant query, and every recording and alert rule has evaluated with
 health "ok".
+
+Prometheus scrapes the daemon through a recording proxy: the scrapes asked for OpenMetrics
+(Prometheus 2.42, Debian bookworm's, predates `scrape_protocols` (2.49) but prefers OpenMetrics
+1.0.0 in its Accept header by default; a newer one is configured to), the daemon answered
+OpenMetrics, and Prometheus took it: every panel's data above came that way.
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import math
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from exporter.collector import OPENMETRICS_CONTENT_TYPE
+from exporter.http import wants_openmetrics
 
 from support.daemon_process import DaemonProcess
 from support.scrape import http_get
@@ -61,6 +71,8 @@ ZERO_ON_DEMO = {
 class Prometheus:
     url: str
     started: float
+    proxy: Proxy
+    daemon: str
 
     def get(self, path: str, **params: str | float) -> Any:
         query = urllib.parse.urlencode({k: str(v) for k, v in params.items()}, doseq=True)
@@ -104,8 +116,56 @@ def daemon(tmp_path: Path) -> Iterator[str]:
         d.close(grace=10)
 
 
-def prometheus_config(tmp_path: Path, target: str) -> Path:
-    """deploy/prometheus/prometheus.yml, scraping `target` every second, with our rules."""
+@dataclass
+class Proxy:
+    """An HTTP proxy to the daemon that notes each scrape's Accept and the Content-Type of its
+    answer."""
+
+    target: str
+    seen: list[tuple[str, str]] = field(default_factory=list)  # (Accept, Content-Type)
+    address: str = ""
+
+    def __enter__(self) -> Proxy:
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                forward = {k: v for k, v in self.headers.items() if k.lower().startswith("accept")}
+                status, body, headers = http_get(f"http://{proxy.target}{self.path}", forward)
+                proxy.seen.append((self.headers.get("Accept", ""), headers["Content-Type"]))
+                self.send_response(status)
+                for key in ("Content-Type", "Content-Encoding"):
+                    if key in headers:
+                        self.send_header(key, headers[key])
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+def prometheus_version(binary: str) -> tuple[int, ...]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    m = re.search(r"version (\d+)\.(\d+)\.(\d+)", out.stdout + out.stderr)
+    assert m, out
+    return tuple(int(g) for g in m.groups())
+
+
+def prometheus_config(tmp_path: Path, target: str, version: tuple[int, ...]) -> Path:
+    """deploy/prometheus/prometheus.yml, scraping `target` every second, with our rules; asking
+    for OpenMetrics first where the version has scrape_protocols."""
     config = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
     config["global"]["scrape_interval"] = f"{SCRAPE_SECONDS}s"
     config["global"]["evaluation_interval"] = f"{SCRAPE_SECONDS}s"
@@ -113,6 +173,8 @@ def prometheus_config(tmp_path: Path, target: str) -> Path:
     config.pop("alerting", None)  # no Alertmanager here
     (scrape,) = config["scrape_configs"]
     scrape["static_configs"][0]["targets"] = [target]
+    if version >= (2, 49):
+        scrape["scrape_protocols"] = ["OpenMetricsText1.0.0", "PrometheusText0.0.4"]
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
@@ -159,7 +221,8 @@ def start_prometheus(
 @pytest.fixture
 def prometheus(tmp_path: Path, daemon: str) -> Iterator[Prometheus]:
     binary = require_tool("prometheus")
-    config = prometheus_config(tmp_path, daemon)
+    proxy = Proxy(daemon).__enter__()
+    config = prometheus_config(tmp_path, proxy.address, prometheus_version(binary))
     for attempt in range(5):  # prometheus cannot take port 0: retry on a clash
         started = start_prometheus(
             binary, config, tmp_path / f"tsdb{attempt}", tmp_path / f"prometheus{attempt}.log"
@@ -167,12 +230,14 @@ def prometheus(tmp_path: Path, daemon: str) -> Iterator[Prometheus]:
         if started is not None:
             break
     else:
+        proxy.__exit__()
         pytest.fail("no free port for prometheus after 5 tries")
     process, url = started
     try:
-        yield Prometheus(url, time.time())
+        yield Prometheus(url, time.time(), proxy, daemon)
     finally:
         terminate(process)
+        proxy.__exit__()
 
 
 def substitute(expr: str, variables: dict[str, str]) -> str:
@@ -188,6 +253,15 @@ def grafana_regex(values: list[str]) -> str:
     """A multi-value variable in a Prometheus query, as Grafana writes it: (a|b|c), escaped."""
     escaped = [re.sub(r"([\\^$*+?.()|{}\[\]])", r"\\\\\1", v) for v in values]
     return "(" + "|".join(escaped) + ")"
+
+
+def label_values(prom: Prometheus, var: dict[str, Any], variables: dict[str, str]) -> list[str]:
+    """A query variable's values: label_values(SELECTOR, LABEL), its variables substituted."""
+    query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+    m = re.fullmatch(r"label_values\((.+), (\w+)\)", substitute(query, variables))
+    assert m and "$" not in m.group(0), query
+    values: list[str] = prom.get(f"/api/v1/label/{m.group(2)}/values", **{"match[]": m.group(1)})
+    return values
 
 
 def seconds(duration: str) -> int:
@@ -248,16 +322,30 @@ def test_dashboard_and_rules_on_real_prometheus(prometheus: Prometheus) -> None:
     for name in sorted(n for n in names if ":" in n):
         assert prom.instant(name), f"recording rule {name} produced nothing"
 
-    # The variables, as Grafana would resolve them: the node variable's own query, All selected.
-    (node_var,) = [v for v in board["templating"]["list"] if v["name"] == "node"]
-    query = node_var["query"]["query"] if isinstance(node_var["query"], dict) else node_var["query"]
-    m = re.fullmatch(r"label_values\((\w+), (\w+)\)", query)
-    assert m, query
-    nodes = prom.get(f"/api/v1/label/{m.group(2)}/values", **{"match[]": m.group(1)})
+    # Every scrape asked for OpenMetrics first and was answered OpenMetrics, and Prometheus
+    # read it as such (its metadata names a counter by its family, without _total).
+    assert prom.proxy.seen
+    for accept, content_type in prom.proxy.seen:
+        assert wants_openmetrics(accept.lower().encode()), accept
+        assert content_type == OPENMETRICS_CONTENT_TYPE, (accept, content_type)
+    metadata = prom.get("/api/v1/metadata")
+    assert metadata["smllm_requests"][0]["type"] == "counter", metadata.get("smllm_requests")
+    assert "smllm_requests_total" not in metadata
+
+    # The variables, as Grafana would resolve them, each query after the ones before it:
+    # the one job, All of its instances, All of their nodes.
+    board_vars = {v["name"]: v for v in board["templating"]["list"]}
+    variables = {"datasource": "prometheus"}
+    jobs = label_values(prom, board_vars["job"], variables)
+    assert jobs == ["sm-llm-exporter"]
+    variables["job"] = grafana_regex(jobs)
+    instances = label_values(prom, board_vars["instance"], variables)
+    assert instances == [prom.proxy.address]
+    variables["instance"] = grafana_regex(instances)
+    nodes = label_values(prom, board_vars["node"], variables)
     assert nodes == ["node0", "node1", "node2"]
     range_s = seconds(board["time"]["from"])
-    variables = {
-        "datasource": "prometheus",
+    variables |= {
         "node": grafana_regex(nodes),
         "__rate_interval": f"{RATE_INTERVAL_SECONDS}s",
         "__interval": f"{STEP_SECONDS}s",

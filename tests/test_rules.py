@@ -6,7 +6,8 @@ with the real Debian promtool. The rest reads the files: every alert carries a s
 summary, a description and a runbook, is tested both ways and is explained in the README; the
 idle-node alert needs no launch lines and leaves a stopped server to SmLlmServerDown; the
 dashboard is provisionable (a stable uid, a `datasource` variable used by every panel and query,
-a multi-value `node` variable used by every per-node query) and every panel says what it shows
+a `job` variable and a multi-value `instance` variable that every query filters by, a
+multi-value `node` variable used by every per-node query) and every panel says what it shows
 and what to do; the README's metric table names every metric the exporter serves and the rules
 and the dashboard read, and no removed one.
 """
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from support.readme import metric_table
 from support.tools import REPO, require_tool
 
 PROMETHEUS = REPO / "deploy" / "prometheus"
@@ -38,6 +40,8 @@ README = REPO / "README.md"
 COLLECTOR = REPO / "exporter" / "collector.py"
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
+# The filter on the exporter's target labels every query carries (the rules keep them).
+TARGET = 'job=~"$job", instance=~"$instance"'
 SEVERITIES = {"info", "warning", "critical"}
 # Metrics without a node label (DESIGN §4); every other smllm_ metric is per node.
 CLUSTER_METRICS = {
@@ -321,8 +325,25 @@ def test_dashboard_variables() -> None:
     assert node["type"] == "query"
     assert node["datasource"] == DS
     assert node["multi"] and node["includeAll"]
-    query = node["query"]["query"] if isinstance(node["query"], dict) else node["query"]
-    assert re.fullmatch(r"label_values\(smllm_\w+, node\)", query), query
+    assert re.fullmatch(
+        rf"label_values\(smllm_\w+\{{{re.escape(TARGET)}\}}, node\)", query_of(node)
+    )
+    job = variable("job")
+    assert job["type"] == "query" and job["datasource"] == DS
+    assert query_of(job) == "label_values(smllm_exporter_build_info, job)"
+    instance = variable("instance")
+    assert instance["type"] == "query" and instance["datasource"] == DS
+    assert instance["multi"] and instance["includeAll"]
+    assert query_of(instance) == 'label_values(smllm_exporter_build_info{job=~"$job"}, instance)'
+    # each variable after the ones its query reads (Grafana resolves them in order)
+    names = [v["name"] for v in dashboard()["templating"]["list"]]
+    assert names.index("job") < names.index("instance") < names.index("node")
+
+
+def query_of(var: dict[str, Any]) -> str:
+    query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+    assert isinstance(query, str)
+    return query
 
 
 def datasources(value: Any) -> Iterator[Any]:
@@ -373,8 +394,16 @@ def test_panels_do_not_overlap() -> None:
 
 @pytest.mark.parametrize(("title", "expr"), exprs())
 def test_query(title: str, expr: str) -> None:
-    """Per-node metrics filtered by $node; recorded series exist; no fixed windows but 5m."""
+    """Every series filtered by $job and $instance, per-node metrics by $node too; recorded
+    series exist; no fixed windows but 5m."""
     no_strings = re.sub(r'"[^"]*"', '""', expr)
+    selectors = list(re.finditer(r"\b(smllm[_:][a-zA-Z0-9_:]*|up)\b(\{[^}]*\})?", expr))
+    assert selectors, f"{title!r} reads no series"
+    for m in selectors:
+        matchers = [x.strip() for x in (m.group(2) or "{}")[1:-1].split(",")]
+        assert matchers[:2] == ['job=~"$job"', 'instance=~"$instance"'], (
+            f"{m.group(1)} in {title!r} ignores $job or $instance: {m.group(0)}"
+        )
     for m in re.finditer(r"(smllm_[a-z_]+)(\{[^}]*\})?", expr):
         name, selector = m.group(1), m.group(2) or ""
         if name not in CLUSTER_METRICS and not name.startswith("smllm_exporter"):
@@ -472,21 +501,6 @@ def test_provisioning_files() -> None:
 
 
 # -- the README's metric table --------------------------------------------------------------
-
-
-def metric_table() -> dict[str, tuple[str, str, str]]:
-    """The "## Metrics" section's table: name -> (type, labels, meaning)."""
-    text = README.read_text(encoding="utf-8")
-    section = re.search(r"^## Metrics\n(.*?)^## ", text, re.MULTILINE | re.DOTALL)
-    assert section, "README.md has no ## Metrics section"
-    rows: dict[str, tuple[str, str, str]] = {}
-    for line in section.group(1).splitlines():
-        m = re.fullmatch(r"\| `(smllm_\w+)` \| (\w+) \| ([^|]+) \| (.+) \|", line)
-        if m:
-            assert m.group(1) not in rows, f"{m.group(1)} twice in the table"
-            rows[m.group(1)] = (m.group(2), m.group(3).strip(), m.group(4))
-    assert len(rows) >= 30, sorted(rows)
-    return rows
 
 
 def test_metric_table_is_before_prometheus_section() -> None:

@@ -596,3 +596,37 @@ def test_the_quick_json_decoding_agrees_with_the_dump_decoder() -> None:
         assert plain_json("a", raw) is not None, what
     for what, raw in UNUSUAL.items():
         assert plain_json("a", raw) is None, what
+
+
+def test_sigterm_while_the_node_stalls_stops_within_a_second(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    """A peer that stops answering mid-stream (its TCP connection open, nothing more coming)
+    holds no shutdown: the daemon exits within a second with its final checkpoint."""
+    now = now_us()
+    since = now - 40 * MINUTE
+    fake.append(Journal().items(3, since, since + 20 * MINUTE))
+    node = ssh_node(fake, tmp_path)
+    config = {
+        "since": iso(since),
+        "nodes": [
+            {
+                "name": "a",
+                "source": "ssh",
+                "host": "127.0.0.1",
+                "port": fake.port,
+                "user": "root",
+                "unit": UNIT,
+                "known_hosts": str(node.known_hosts),
+                "client_keys": [str(node.client_keys[0])],
+                "keepalive_interval": 30,  # (keepalive does not notice it in time)
+            }
+        ],
+    }
+    with DaemonProcess(tmp_path / "daemon", config) as d:
+        d.start()
+        wait_for(lambda: d.metrics().get(("smllm_source_up", (("node", "a"),))) == 1, 20, "up")
+        fake.stall()
+        sent_us = d.stop_within_a_second()
+        assert d.checkpoint()["written_at_us"] >= sent_us
+    fake.unstall()

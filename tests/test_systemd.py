@@ -5,6 +5,9 @@ The unit passes `systemd-analyze verify` and rates 2.0 or lower in `systemd-anal
 the test binds, sends READY=1 (with STATUS=) once /metrics answers and the sources are started,
 WATCHDOG=1 from the ingest loop's heartbeat (also on a quiet night), one-line STATUS= updates,
 and STOPPING=1 on SIGTERM followed by a last checkpoint.
+
+And `make run`, the daemon on the embedded demo (as a process, like the service): on 127.0.0.1
+only, its temporary journals removed when it stops (SIGINT, SIGTERM), a `--dir` given kept.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -30,7 +34,7 @@ import pytest
 
 from exporter.accounting import SECOND
 from exporter.config import DEFAULT_PATH, Config
-from exporter.demo import NODES, node_lines, short_iso
+from exporter.demo import NODES, TEMP_PREFIX, demo_directory, node_lines, short_iso
 from exporter.notify import Notifier
 
 from support.daemon_process import DaemonProcess, file_nodes
@@ -393,3 +397,74 @@ def test_without_notify_socket_nothing_is_sent(
     loud.heartbeat()
     first = notify_socket.wait_for(lambda n: True, 5, "the control datagram")
     assert first.text == "WATCHDOG=1" and first.pid == os.getpid()
+
+
+# -- make run: the demo ----------------------------------------------------------------------
+
+
+def demo(tmp_path: Path, *args: str) -> tuple[DaemonProcess, Path]:
+    """`sm-llm-exporter demo --listen 127.0.0.1:0 ARGS` (not started) and its TMPDIR."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    argv = [str(entry_point()), "demo", "--listen", "127.0.0.1:0", *args]
+    return DaemonProcess(tmp_path / "demo", command=lambda _: argv, env={"TMPDIR": str(temp)}), temp
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_demo_removes_the_directory_it_made_when_stopped(tmp_path: Path, signum: int) -> None:
+    d, temp = demo(tmp_path)
+    with d:
+        d.start()  # (serving on 127.0.0.1: the log line start() waits for names the address)
+        made = list(temp.glob(TEMP_PREFIX + "*"))
+        assert len(made) == 1, made
+        assert {f"{n}.log" for n in NODES} <= {p.name for p in made[0].iterdir()}
+        assert d.proc is not None
+        d.proc.send_signal(signum)
+        d.stopped(10)
+    assert not made[0].exists()
+    assert not list(temp.iterdir())
+
+
+def test_demo_keeps_the_directory_it_was_given(tmp_path: Path) -> None:
+    given = tmp_path / "journals"
+    d, temp = demo(tmp_path, "--dir", str(given))
+    with d:
+        d.start()
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGINT)
+        d.stopped(10)
+    assert all((given / f"{n}.log").stat().st_size > 0 for n in NODES)
+    assert not list(temp.iterdir())  # and no temporary one either
+
+
+def test_demo_directory_is_removed_on_a_normal_exit_and_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with demo_directory() as made:
+        assert made.parent == tmp_path and made.name.startswith(TEMP_PREFIX)
+        (made / "node0.log").write_text("x\n")
+    assert not made.exists()
+    with pytest.raises(RuntimeError), demo_directory() as failed:
+        raise RuntimeError("the demo failed")
+    assert not failed.exists()
+    given = tmp_path / "given"
+    given.mkdir()
+    with demo_directory(given) as used:
+        assert used == given
+        (used / "node0.log").write_text("x\n")
+    assert (given / "node0.log").read_text() == "x\n"
+
+
+def test_make_run_listens_on_this_host_only() -> None:
+    make = require_tool("make")
+    r = subprocess.run(
+        [make, "-n", "-o", ".venv/.base", "run"],  # the recipe, printed, nothing rebuilt
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"sm-llm-exporter demo .*--listen (\S+)", r.stdout)
+    assert found, r.stdout
+    assert found[1].rpartition(":")[0] == "127.0.0.1", found[1]

@@ -3,7 +3,11 @@
 Both read in large chunks through the line layer (`sources/lines.py`). Following handles
 appends, a partial last line (waited for), truncation (read again from the start), the file
 replaced by a new one (the old one read to its end first) and a file that does not exist yet;
-its position is (device, inode, byte offset after the last whole line read). A window reads
+its position is (device, inode, byte offset after the last whole line read). A FIFO (or any
+file that is not a regular one) is opened and read without blocking: no writer yet, or nothing
+written, is nothing to read, polled again; what a writer sends later is read. Its blocking calls
+run on a thread of the source's own that the daemon's shutdown never waits for longer than
+CLOSE_WAIT_SECONDS (a read stuck on a hung file system holds nothing up). A window reads
 what an operator hands the report: a plain or gzip dump (told by its magic bytes), `-` for
 standard input, a pipe or a process substitution.
 """
@@ -11,16 +15,20 @@ standard input, a pipe or a process substitution.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import gzip
 import io
 import logging
 import os
+import queue
+import stat
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, TypeVar, cast
 
 from exporter.logline import Batch
 from exporter.sources.base import SourceError
@@ -32,6 +40,8 @@ CHUNK = 1 << 20
 BACKLOG_READS = 4  # chunks read at once while a backlog is read
 STDIN = Path("-")
 _GZIP_MAGIC = b"\x1f\x8b"
+CLOSE_WAIT_SECONDS = 0.25  # how long a cancelled source waits for its thread to close the file
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,58 @@ class FilePosition:
         except ValueError:
             return None
         return cls(dev, ino, offset) if offset >= 0 else None
+
+
+class _Worker:
+    """One daemon thread that runs a source's blocking calls in turn. Unlike `asyncio.to_thread`
+    (the loop's default executor, which `asyncio.run` and the interpreter's exit wait for), a
+    call stuck in the kernel never holds up the process's shutdown."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[
+            tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop] | None
+        ] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            fn, future, loop = call
+            try:
+                result, error = fn(), None
+            except BaseException as e:  # handed to the awaiting task, whatever it is
+                result, error = None, e
+            # (a closed loop: nobody waits for this any more)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, result, error)
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._calls.put((fn, future, loop))
+        return await future
+
+    async def finish(self, last: Callable[[], None], timeout: float) -> bool:
+        """Run `last` after the call in progress, if any, and end the thread; wait at most
+        `timeout` seconds for it (False when it was not done by then: it runs when the call in
+        progress returns)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._calls.put((last, future, loop))
+        self._calls.put(None)
+        try:
+            await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # its awaiting task was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class FileSource:
@@ -72,7 +134,8 @@ class FileSource:
         self.chunk = chunk
         self._resume = FilePosition.parse(position) if position else None
         self._reader = LineReader(node, since_us=since_us, where=str(path))
-        self._file: io.BufferedReader | None = None
+        self._file: io.BufferedReader | io.FileIO | None = None
+        self._stream = False  # a FIFO (or another file that is not regular): read, never sought
         self._dev = self._ino = 0
         self._said_missing = False
         self._said_caught_up = False
@@ -81,16 +144,23 @@ class FileSource:
         self._gap = False  # the saved position could not be resumed: say so in the next batch
 
     async def run(self, out: asyncio.Queue[Batch]) -> None:
+        worker = _Worker(f"file source {self.node}")
         try:
             while True:
-                batch = await asyncio.to_thread(self._locked_step)
+                batch = await worker.call(self._locked_step)
                 if batch is not None:
                     await out.put(batch)
                 if batch is None or batch.caught_up or not batch.up:
                     await asyncio.sleep(self.poll_seconds)
         finally:
-            # a step cancelled while its thread still reads: close once that thread is done
-            await asyncio.to_thread(self._close)
+            # a step cancelled while its thread still reads: the file is closed once that read
+            # returns; the daemon's shutdown waits for it a moment at most
+            if not await worker.finish(self._close, CLOSE_WAIT_SECONDS):
+                log.warning(
+                    "node %s: a read of %s is still stuck; it is closed once the read returns",
+                    self.node,
+                    self.path,
+                )
 
     @property
     def closed(self) -> bool:
@@ -114,15 +184,25 @@ class FileSource:
             self._said_missing = True
             log.warning("node %s: %s does not exist yet; waiting for it", self.node, self.path)
             return Batch(self.node, up=False, error=f"{self.path} does not exist")
-        assert self._file is not None
         # a backlog (the last read was full) in larger reads: fewer hand-overs to the loop
-        data = self._file.read(self.chunk * BACKLOG_READS if self._backlog else self.chunk)
+        size = self.chunk * BACKLOG_READS if self._backlog else self.chunk
+        data = self._read(size)
         self._backlog = len(data) >= self.chunk
         if not data:
             return self._at_end()
         chunk = self._reader.feed(data)
-        self._said_caught_up = self._is_at_end()
+        # a FIFO is read to its end when a read did not fill the buffer: it has no size
+        self._said_caught_up = len(data) < size if self._stream else self._is_at_end()
         return self._batch(chunk, self._said_caught_up)
+
+    def _read(self, size: int) -> bytes:
+        assert self._file is not None
+        if not self._stream:
+            return self._file.read(size)
+        try:
+            return os.read(self._file.fileno(), size)
+        except BlockingIOError:  # a writer, but nothing written yet
+            return b""
 
     def _batch(self, chunk: Chunk, caught_up: bool) -> Batch:
         position = str(FilePosition(self._dev, self._ino, self._reader.offset))
@@ -133,17 +213,33 @@ class FileSource:
         return gap
 
     def _open(self) -> bool:
+        # O_NONBLOCK: opening a FIFO no writer has opened would block until one does
         try:
-            f = self.path.open("rb")
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return False
-        st = os.fstat(f.fileno())
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(self.path))
+            self._stream = not stat.S_ISREG(st.st_mode)
+            if not self._stream:
+                os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        f: io.BufferedReader | io.FileIO = (
+            io.FileIO(fd, "rb") if self._stream else os.fdopen(fd, "rb")
+        )
         self._file, self._dev, self._ino = f, st.st_dev, st.st_ino
         self._reader = LineReader(self.node, since_us=self.since_us, where=str(self.path))
         self._said_missing = self._said_caught_up = False
         resume = self._resume
         self._resume = None
-        if (
+        if self._stream:
+            # what a FIFO held was taken by the reads before: follow it from where it is
+            log.info("node %s: following %s (a FIFO: no position to resume)", self.node, self.path)
+        elif (
             resume is not None
             and (resume.dev, resume.ino) == (st.st_dev, st.st_ino)
             and resume.offset <= st.st_size
@@ -183,7 +279,7 @@ class FileSource:
             self._file.close()
             self._file = None
             return self.step()
-        if st.st_size < self._file.tell():
+        if not self._stream and st.st_size < self._file.tell():
             log.warning(
                 "node %s: %s was truncated; reading it again from the start", self.node, self.path
             )

@@ -27,6 +27,7 @@ import shlex
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncssh
 
@@ -57,28 +58,116 @@ class Features:
     grep: bool
 
 
-def read_secret(node: SshNode, env: dict[str, str] | os._Environ[str]) -> str | None:
-    """The node's password from its password_file or password_env; SourceError when it cannot
-    be had, naming the key but not its value: a password pasted there by mistake would be logged
-    at every retry."""
-    if node.password_file is not None:
+Env = dict[str, str] | os._Environ[str]
+
+
+def read_secret(node: SshNode, env: Env, what: str = "password") -> str | None:
+    """The node's password (or, `what="passphrase"`, its keys' passphrase) from its *_file or
+    *_env; SourceError when it cannot be had, naming the key and the file but not its value: a
+    secret pasted there by mistake would be logged at every retry."""
+    path: Path | None = getattr(node, f"{what}_file")
+    name: str | None = getattr(node, f"{what}_env")
+    if path is not None:
+        shown = shown_path(path)
         try:
-            return node.password_file.read_text(encoding="utf-8").rstrip("\r\n")
+            return path.read_text(encoding="utf-8").rstrip("\r\n")
         except OSError as e:
+            why = e.strerror or type(e).__name__
             raise SourceError(
-                f"node {node.name}: cannot read its password_file: {e.strerror or type(e).__name__}"
+                f"{who(node)}: cannot read its {what}_file{shown}: {why}{_hint(e)}"
             ) from None
         except UnicodeDecodeError:
-            raise SourceError(f"node {node.name}: its password_file is not UTF-8") from None
-    if node.password_env is not None:
-        value = env.get(node.password_env)
+            raise SourceError(f"{who(node)}: its {what}_file{shown} is not UTF-8") from None
+    if name is not None:  # (the variable's name is not shown: it may be the secret itself)
+        value = env.get(name)
         if value is None:
-            raise SourceError(f"node {node.name}: its password_env variable is not set")
+            raise SourceError(f"{who(node)}: its {what}_env variable is not set")
         return value
     return None
 
 
-def connect_options(node: SshNode, password: str | None) -> dict[str, object]:
+def who(node: SshNode) -> str:
+    """`node N: ssh USER@HOST:PORT`, how every SSH error begins."""
+    return f"node {node.name}: ssh {node.user}@{node.host}:{node.port}"
+
+
+def shown_path(path: Path) -> str:
+    """` PATH` for a message, when it reads as a path; "" when it may be a secret pasted into a
+    key meant for a path (no `/` in it, blanks, unprintable characters)."""
+    text = str(path)
+    if "/" in text and text.isprintable() and not any(c.isspace() for c in text):
+        return f" {text}"
+    return ""
+
+
+def _hint(e: OSError) -> str:
+    """For a file the service could not read: where it should come from."""
+    if isinstance(e, PermissionError):
+        return (
+            " (under the service, files in /etc/sm-llm-exporter come as credentials: "
+            "${CREDENTIALS_DIRECTORY}/ssh_FILE, see deploy/README.md)"
+        )
+    return ""
+
+
+def load_client_keys(node: SshNode, env: Env) -> list[asyncssh.SSHKey]:
+    """The node's client_keys, read and decrypted here, so that a problem names the file:
+    SourceError for a file that cannot be read, is no private key, or is encrypted without
+    (or with a wrong) passphrase."""
+    passphrase = read_secret(node, env, "passphrase") if node.client_keys else None
+    keys = []
+    for path in node.client_keys:
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+            raise SourceError(
+                f"{who(node)}: client key{shown_path(path)}: {why}{_hint(e)}"
+            ) from None
+        try:
+            keys.append(asyncssh.import_private_key(data, passphrase))
+        except (asyncssh.KeyImportError, ValueError, TypeError) as e:
+            text = str(e)
+            if "assphrase" in text or "decrypt" in text.lower():
+                if passphrase is None:
+                    why = "is encrypted: give its passphrase as passphrase_file or passphrase_env"
+                else:
+                    why = "is encrypted, and the passphrase given does not open it"
+                raise SourceError(f"{who(node)}: client key {path} {why}") from None
+            raise SourceError(
+                f"{who(node)}: client key {path} is not a private key ({text[:120]})"
+            ) from None
+    return keys
+
+
+def load_known_hosts(node: SshNode) -> asyncssh.SSHKnownHosts | None:
+    """The node's known_hosts, read here so that a problem names the file (None when host keys
+    are not verified)."""
+    if not node.verify_host_key or node.known_hosts is None:
+        return None
+    path = node.known_hosts
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise SourceError(
+            f"{who(node)}: known_hosts {path}: {why}{_hint(e)}; `sm-llm-exporter "
+            f"known-hosts {node.name}` prints the lines to put there"
+        ) from None
+    try:
+        return asyncssh.import_known_hosts(text)
+    except (asyncssh.Error, ValueError) as e:
+        raise SourceError(f"{who(node)}: known_hosts {path} does not read: {e}") from None
+
+
+def connect_options(
+    node: SshNode,
+    password: str | None,
+    keys: list[asyncssh.SSHKey] | None = None,
+    known_hosts: asyncssh.SSHKnownHosts | None = None,
+) -> dict[str, object]:
+    """asyncssh.connect's options for the node; `keys` and `known_hosts` as loaded here
+    (`load_client_keys`, `load_known_hosts`), else asyncssh reads the files itself."""
     if not node.verify_host_key and node.name not in _warned_unverified:
         _warned_unverified.add(node.name)
         log.warning(
@@ -89,7 +178,13 @@ def connect_options(node: SshNode, password: str | None) -> dict[str, object]:
     options: dict[str, object] = {
         "port": node.port,
         "username": node.user,
-        "known_hosts": str(node.known_hosts) if node.verify_host_key and node.known_hosts else None,
+        "known_hosts": (
+            known_hosts
+            if known_hosts is not None
+            else str(node.known_hosts)
+            if node.verify_host_key and node.known_hosts
+            else None
+        ),
         "keepalive_interval": node.keepalive_interval,
         "keepalive_count_max": node.keepalive_count_max,
         # AES-GCM first: hardware AES costs a fraction of ChaCha20-Poly1305 per packet here
@@ -103,7 +198,9 @@ def connect_options(node: SshNode, password: str | None) -> dict[str, object]:
         "connect_timeout": 20,
         "login_timeout": 20,
     }
-    if node.client_keys:
+    if keys is not None:
+        options["client_keys"] = keys
+    elif node.client_keys:
         options["client_keys"] = [str(k) for k in node.client_keys]
     if password is not None:
         options["password"] = password
@@ -121,6 +218,35 @@ def journalctl(node: SshNode, *args: str, features: Features | None = None) -> s
     if features is not None and features.grep:
         argv += ["--grep", GREP]
     return " ".join(shlex.quote(a) for a in [*argv, *args])
+
+
+def remote_error(*outputs: object) -> str:
+    """What a failed remote command said (its standard error, else its output: nologin writes
+    `This account is currently not available.` there), in one line, without sshd's `Could not
+    chdir to home directory` notice."""
+    for out in outputs:
+        text = out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out or "")
+        lines = [
+            line.strip()
+            for line in text.splitlines()
+            if line.strip() and not line.startswith("Could not chdir to home directory")
+        ]
+        if lines:
+            return "; ".join(lines)[:300]
+    return "it printed nothing"
+
+
+async def check_remote(conn: asyncssh.SSHClientConnection, node: SshNode) -> None:
+    """The remote journalctl runs at all (no option to blame yet): SourceError saying what the
+    node answered when it does not (the account, the command, the journal directory)."""
+    r = await conn.run(
+        journalctl(node, "-n", "0"), check=False, timeout=COMMAND_TIMEOUT_S, encoding=None
+    )
+    if r.exit_status != 0:
+        raise SourceError(
+            f"{who(node)}: the remote journalctl "
+            f"failed ({r.exit_status}): {remote_error(r.stderr, r.stdout)}"
+        )
 
 
 def explain(node: SshNode, e: BaseException) -> str:
@@ -164,8 +290,10 @@ class SshSource:
     async def run(self, out: asyncio.Queue[Batch]) -> None:
         node = self.node
         password = read_secret(node, self.env)
+        keys, known_hosts = load_client_keys(node, self.env), load_known_hosts(node)
+        options = connect_options(node, password, keys or None, known_hosts)
         try:
-            async with asyncssh.connect(node.host, **connect_options(node, password)) as conn:
+            async with asyncssh.connect(node.host, **options) as conn:
                 features = await self._probe(conn)
                 gap = await self._check_cursor(conn)
                 newest, newest_us = await self._newest(conn, features)
@@ -173,7 +301,7 @@ class SshSource:
                 await self._stream(conn, features, newest, caught_up, gap, out)
         except TimeoutError:  # (before OSError, its base class, and asyncssh's: it is both)
             raise SourceError(
-                f"node {node.name}: remote journalctl did not answer within {COMMAND_TIMEOUT_S} s"
+                f"{who(node)}: remote journalctl did not answer within {COMMAND_TIMEOUT_S} s"
             ) from None
         except (asyncssh.Error, OSError) as e:
             raise SourceError(explain(node, e)) from None
@@ -206,12 +334,15 @@ class SshSource:
     async def _probe(self, conn: asyncssh.SSHClientConnection) -> Features:
         """Which journalctl options the node accepts, by trying them on no entries."""
 
-        async def accepts(*args: str) -> bool:
-            r = await conn.run(
+        async def run(*args: str) -> asyncssh.SSHCompletedProcess:
+            return await conn.run(
                 journalctl(self.node, "-n", "0", *args), check=False, timeout=COMMAND_TIMEOUT_S
             )
-            return r.exit_status == 0
 
+        async def accepts(*args: str) -> bool:
+            return (await run(*args)).exit_status == 0
+
+        await check_remote(conn, self.node)
         output_fields = await accepts(f"--output-fields={FIELDS}")
         grep = await accepts("--grep", GREP)
         if not (output_fields and grep):
@@ -524,11 +655,14 @@ async def window(
     """The node's entries over [since_us, until_us] that may matter, for a report, as Batches;
     `progress` hears (node, entries read, journal time reached) as the stream comes in."""
     password = read_secret(node, env)
+    keys, known_hosts = load_client_keys(node, env), load_known_hosts(node)
+    options = connect_options(node, password, keys or None, known_hosts)
     reader = LineReader(node.name, since_us=since_us, where=f"node {node.name}", first_line=None)
     entries = 0
     reached: int | None = None
     try:
-        async with asyncssh.connect(node.host, **connect_options(node, password)) as conn:
+        async with asyncssh.connect(node.host, **options) as conn:
+            await check_remote(conn, node)
             command = journalctl(
                 node,
                 "--since",
@@ -552,11 +686,11 @@ async def window(
             finally:
                 process.close()
     except TimeoutError:  # (before OSError, its base class, and asyncssh's: it is both)
-        raise SourceError(f"node {node.name}: remote journalctl did not answer in time") from None
+        raise SourceError(f"{who(node)}: remote journalctl did not answer in time") from None
     except (asyncssh.Error, OSError) as e:
         raise SourceError(explain(node, e)) from None
     if status.exit_status != 0:
         raise SourceError(
-            f"node {node.name}: remote journalctl failed ({status.exit_status}): "
+            f"{who(node)}: remote journalctl failed ({status.exit_status}): "
             f"{_text(status.stderr).strip()[:300]}"
         )

@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,18 @@ class DaemonProcess:
         text = self.log_text()
         assert rc == 0 and "stopping" in text and "Traceback" not in text, text[-5000:]
         return text
+
+    def stop_within_a_second(self) -> int:
+        """SIGTERM; the process exits cleanly within 1 s (a deadline, not a sleep). Returns when
+        the signal was sent, in microseconds since the epoch."""
+        assert self.proc is not None
+        sent_us = time.time_ns() // 1000
+        began = time.monotonic()
+        self.terminate()
+        self.proc.wait(1.0)  # (TimeoutExpired fails the test)
+        assert time.monotonic() - began < 1.0
+        self.stopped(0)  # exit 0, `stopping` logged, no traceback
+        return sent_us
 
     def stop(self, timeout: float = 15) -> str:
         """A clean stop (SIGTERM); the run's log."""

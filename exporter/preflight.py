@@ -1,0 +1,176 @@
+"""Checks of what a valid config names, for check-config: every path there and readable (the
+state directory creatable and writable), seen by this user or as the service will see it.
+
+As the service (`--as-service`), a path under `$CREDENTIALS_DIRECTORY` is the file the unit
+hands over as that credential (`LoadCredential=config.yaml:/etc/sm-llm-exporter/config.yaml`,
+every file of /etc/sm-llm-exporter/ssh as `ssh_FILE`), which systemd reads as root; every other
+path must be readable by the unit's dynamic user, which is neither its owner nor in its group
+(but for the journal's group, systemd-journal); and the default state directory is the unit's
+`StateDirectory=`, which systemd makes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.checkpoint import StateLock
+from exporter.config import Config, FileNode, JournalNode, SshNode
+
+# What the unit (deploy/sm-llm-exporter.service) hands over and makes.
+SERVICE_CREDENTIALS = Path("/run/credentials/sm-llm-exporter.service")
+CREDENTIAL_SOURCES = {"config.yaml": Path("/etc/sm-llm-exporter/config.yaml")}
+SSH_CREDENTIALS = ("ssh_", Path("/etc/sm-llm-exporter/ssh"))
+SERVICE_STATE_DIR = Path("/var/lib/sm-llm-exporter")
+SERVICE_GROUPS = ("systemd-journal",)
+
+
+@dataclass(frozen=True)
+class Named:
+    """A path the config names: its key path, and whether it is a directory to read."""
+
+    key: str
+    path: Path
+    directory: bool = False
+
+
+def named_paths(cfg: Config) -> Iterator[Named]:
+    """Every local path the config names, with its key path, but the state directory."""
+    for i, n in enumerate(cfg.nodes):
+        at = f"nodes[{i}]"
+        if isinstance(n, FileNode):
+            yield Named(f"{at}.path", n.path)
+        elif isinstance(n, JournalNode):
+            if n.directory is not None:
+                yield Named(f"{at}.directory", n.directory, directory=True)
+            for j, f in enumerate(n.files):
+                yield Named(f"{at}.files[{j}]", f)
+        elif isinstance(n, SshNode):
+            if n.verify_host_key and n.known_hosts is not None:
+                yield Named(f"{at}.known_hosts", n.known_hosts)
+            for j, key in enumerate(n.client_keys):
+                yield Named(f"{at}.client_keys[{j}]", key)
+            if n.password_file is not None:
+                yield Named(f"{at}.password_file", n.password_file)
+
+
+def problems(
+    cfg: Config,
+    lines: Mapping[str, int],
+    source: str,
+    *,
+    as_service: bool = False,
+    credentials: Path = SERVICE_CREDENTIALS,
+) -> list[str]:
+    """Every path problem, each `SOURCE:LINE: KEY: what`, in the order of their lines."""
+    found: list[tuple[int, str]] = []
+
+    def problem(key: str, text: str) -> None:
+        probe = key
+        while probe and probe not in lines:  # (a default: the line of the key around it)
+            shorter = re.sub(r"(\.[^.\[]*|\[\d+\])$", "", probe)
+            probe = shorter if shorter != probe else ""
+        line = lines.get(probe, 0)
+        found.append(
+            (line, f"{source}:{line}: {key}: {text}" if line else f"{source}: {key}: {text}")
+        )
+
+    for named in named_paths(cfg):
+        why = _unreadable(named, as_service, credentials)
+        if why:
+            problem(named.key, why)
+    why = _state_dir_problem(cfg.state_dir, as_service)
+    if why:
+        problem("state_dir", why)
+    return [text for _, text in sorted(found, key=lambda p: p[0])]
+
+
+def _unreadable(named: Named, as_service: bool, credentials: Path) -> str:
+    path = named.path
+    # as the service, or from a shell where the service's credentials directory is not there:
+    # a credential is the file the unit hands over
+    if path.is_relative_to(credentials) and (as_service or not credentials.exists()):
+        given = _credential_source(path.relative_to(credentials))
+        if given is None:
+            return (
+                f"{path} is not a credential the unit hands over (config.yaml, or ssh_FILE "
+                f"for a file of {SSH_CREDENTIALS[1]})"
+            )
+        if not given.is_file():
+            return f"{path} comes from {given}, which does not exist"
+        return ""  # (systemd reads it as root)
+    if not path.exists():
+        return f"{path} does not exist"
+    if named.directory != path.is_dir():
+        return f"{path} is {'not ' if named.directory else ''}a directory"
+    if as_service:
+        blocked = _blocked_for_others(path, named.directory)
+        return f"{blocked}: the service's dynamic user cannot read {path}" if blocked else ""
+    mode = os.R_OK | (os.X_OK if named.directory else 0)
+    return "" if os.access(path, mode) else f"{path} is not readable here"
+
+
+def _credential_source(name: Path) -> Path | None:
+    text = str(name)
+    if text in CREDENTIAL_SOURCES:
+        return CREDENTIAL_SOURCES[text]
+    prefix, directory = SSH_CREDENTIALS
+    if text.startswith(prefix) and "/" not in text and len(text) > len(prefix):
+        return directory / text[len(prefix) :]
+    return None
+
+
+def _blocked_for_others(path: Path, directory: bool) -> str:
+    """The first directory (or the file) a user that is neither owner nor in the group (but
+    for SERVICE_GROUPS) cannot pass through or read; "" when none."""
+    groups = set()
+    for name in SERVICE_GROUPS:
+        with contextlib.suppress(KeyError):
+            groups.add(grp.getgrnam(name).gr_gid)
+    resolved = path.resolve()
+    steps = [*reversed(resolved.parents), resolved]
+    for step in steps:
+        st = step.stat()
+        last = step == resolved
+        need = (stat.S_IROTH | (stat.S_IXOTH if directory else 0)) if last else stat.S_IXOTH
+        need_group = (stat.S_IRGRP | (stat.S_IXGRP if directory else 0)) if last else stat.S_IXGRP
+        if st.st_mode & need == need:
+            continue
+        if st.st_gid in groups and st.st_mode & need_group == need_group:
+            continue
+        return f"{step} is mode {stat.S_IMODE(st.st_mode):04o}"
+    return ""
+
+
+def _state_dir_problem(state_dir: Path, as_service: bool) -> str:
+    if as_service and state_dir == SERVICE_STATE_DIR:
+        return ""  # (the unit's StateDirectory=: systemd makes it, the service's own)
+    if state_dir.exists():
+        if not state_dir.is_dir():
+            return f"{state_dir} is not a directory"
+        if as_service:
+            blocked = _blocked_for_others(state_dir, True)
+            if blocked or not state_dir.stat().st_mode & stat.S_IWOTH:
+                return f"the service's dynamic user cannot write {state_dir}"
+            return ""
+        try:  # (as the daemon does at start: a file written, fsynced, removed)
+            StateLock(state_dir).probe()
+        except OSError as e:
+            return str(e)
+        return ""
+    parent = state_dir.parent
+    while not parent.exists():
+        parent = parent.parent
+    try:  # (a directory made and removed where it would be made: root's access() says yes
+        # to /proc)
+        os.rmdir(tempfile.mkdtemp(prefix=".sm-llm-exporter-probe-", dir=parent))
+    except OSError as e:
+        return f"{state_dir} does not exist and cannot be made ({parent}: {e.strerror})"
+    return ""

@@ -1,0 +1,177 @@
+"""check-config checks what a config names, not only its form: every path there and readable
+(the state directory creatable and writable, by a real write), duplicate keys with both lines,
+hosts and users nothing can read as more, `${VAR}` only where it expands; and with
+`--as-service` the paths as the unit's dynamic user will see them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter import cli
+
+from support.tools import missing, yaml_text
+
+
+def check(caplog: pytest.LogCaptureFixture, *argv: str) -> tuple[int, list[str]]:
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="exporter"):
+        code = cli.main(["check-config", *argv])
+    messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    return code, [line for m in messages for line in m.splitlines()]
+
+
+def test_every_bad_value_is_listed_with_its_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        yaml_text(
+            'listen: "${NOPE}:10027"',
+            "nodes:",
+            "  - name: a",
+            "    source: ssh",
+            '    host: "h; touch /x"',
+            '    user: "root -oProxyCommand=touch /x"',
+            "  - name: b",
+            "    source: ssh",
+            "    host: -oProxyCommand=x",
+            "    port: 22",
+            "    port: 2222",
+            "  - {name: c, source: ssh, host: '[::1]', user: smllm}",
+            "  - {name: d, source: ssh, host: node-4.example, journal_directory: '${HOME}/j'}",
+        )
+    )
+    code, errors = check(caplog, str(path))
+    assert code == 1
+    assert errors[1:] == [
+        f'{path}:1: listen: must be "HOST:PORT" or ":PORT" with a port 0..65535, '
+        "got '${NOPE}:10027'",
+        f"{path}:5: nodes[0].host: must be a host name or an IP address, got 'h; touch /x'",
+        f"{path}:6: nodes[0].user: must be a user name (letters, digits, _ . -; not starting "
+        "with - or .), got 'root -oProxyCommand=touch /x'",
+        f"{path}:9: nodes[1].host: must be a host name or an IP address, got '-oProxyCommand=x'",
+        f"{path}:11: nodes[1].port: given twice, on lines 10 and 11 (which one?)",
+        f"{path}:13: nodes[3].journal_directory: must be a path on the node, got '${{HOME}}/j'",
+    ]
+
+
+def test_every_path_a_valid_config_names_is_checked(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    if os.geteuid() != 0:
+        missing("root (for a read-only mount as the state directory)")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=True)
+    try:
+        path = tmp_path / "paths.yaml"
+        path.write_text(
+            yaml_text(
+                f"state_dir: {ro}",
+                "nodes:",
+                f"  - {{name: a, source: file, path: {tmp_path}/no-dump.json}}",
+                f"  - {{name: b, source: journal, directory: {tmp_path}/no-journals}}",
+                "  - name: c",
+                "    source: ssh",
+                "    host: c.example",
+                f"    known_hosts: {tmp_path}/no-known-hosts",
+                f"    client_keys: [{tmp_path}/no-key]",
+                f"    password_file: {tmp_path}/no-password",
+                f"  - {{name: d, source: file, path: {tmp_path}}}",
+            )
+        )
+        code, errors = check(caplog, "--config", str(path))
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
+    assert code == 1
+    assert errors[0] == f"{path}: 7 problem(s) with the paths it names:"
+    assert errors[1:] == [
+        f"{path}:1: state_dir: state directory {ro} cannot hold checkpoints (Read-only file "
+        "system): set state_dir to a writable directory",
+        f"{path}:3: nodes[0].path: {tmp_path}/no-dump.json does not exist",
+        f"{path}:4: nodes[1].directory: {tmp_path}/no-journals does not exist",
+        f"{path}:8: nodes[2].known_hosts: {tmp_path}/no-known-hosts does not exist",
+        f"{path}:9: nodes[2].client_keys[0]: {tmp_path}/no-key does not exist",
+        f"{path}:10: nodes[2].password_file: {tmp_path}/no-password does not exist",
+        f"{path}:11: nodes[3].path: {tmp_path} is a directory",
+    ]
+
+
+def test_a_good_config_and_its_paths_are_valid(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "dump.json").write_text("")
+    (tmp_path / "kh").write_text("")
+    path = tmp_path / "good.yaml"
+    path.write_text(
+        yaml_text(
+            f"state_dir: {tmp_path}/state/deeper",  # (not there yet: made at start)
+            "nodes:",
+            f"  - {{name: a, source: file, path: {tmp_path}/dump.json}}",
+            f"  - {{name: b, source: ssh, host: 10.0.0.2, known_hosts: {tmp_path}/kh}}",
+        )
+    )
+    assert check(caplog, str(path)) == (0, [])
+    assert capsys.readouterr().out.startswith(f"{path}: valid, 2 node(s)")
+    assert not (tmp_path / "state").exists()  # (the probe leaves nothing behind)
+    code, errors = check(caplog, str(path), "--config", str(path))
+    assert code == 2 and errors == ["give the config once: as FILE or as --config"]
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory anyone may pass through (pytest's own temporary directories are 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="smllm-check-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_as_the_service_credentials_come_from_their_sources_and_files_must_be_readable(
+    open_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tmp_path = open_dir
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "dump.json").write_text("")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "dump.json").write_text("")
+    for p in (tmp_path, shared, shared / "dump.json"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    path = tmp_path / "svc.yaml"
+    path.write_text(
+        yaml_text(
+            "nodes:",
+            f"  - {{name: a, source: file, path: {private}/dump.json}}",
+            f"  - {{name: b, source: file, path: {shared}/dump.json}}",
+            "  - name: c",
+            "    source: ssh",
+            "    host: c.example",
+            "    known_hosts: ${CREDENTIALS_DIRECTORY}/ssh_no-such-known-hosts-here",
+            '    client_keys: ["${CREDENTIALS_DIRECTORY}/id_ed25519"]',
+        )
+    )
+    code, errors = check(caplog, "--as-service", str(path))
+    creds = "/run/credentials/sm-llm-exporter.service"
+    assert code == 1
+    assert errors[1:] == [
+        f"{path}:2: nodes[0].path: {private} is mode 0700: the service's dynamic user cannot "
+        f"read {private}/dump.json",
+        f"{path}:7: nodes[2].known_hosts: {creds}/ssh_no-such-known-hosts-here comes from "
+        "/etc/sm-llm-exporter/ssh/no-such-known-hosts-here, which does not exist",
+        f"{path}:8: nodes[2].client_keys[0]: {creds}/id_ed25519 is not a credential the unit "
+        "hands over (config.yaml, or ssh_FILE for a file of /etc/sm-llm-exporter/ssh)",
+    ]
+    # the same config checked as this user: the private dump reads (root), the credentials
+    # directory does not exist here
+    code, errors = check(caplog, str(path))
+    assert code == 1 and not any("nodes[0]" in e or "nodes[1]" in e for e in errors)

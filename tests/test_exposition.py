@@ -1,0 +1,380 @@
+"""What /metrics serves, and where: the text format 0.0.4, or OpenMetrics 1.0.0 when the scraper
+prefers it (its Accept header, with q-values), each byte for byte what prometheus_client writes
+for the SnapshotCollector and the process collectors; smllm_exporter_build_info's labels; and
+the log line naming every address the server bound.
+
+Debian's promtool (2.42) `check metrics` reads the text format only (on an OpenMetrics body it
+takes every counter's `_total` samples for a family without HELP), so the OpenMetrics body is
+read with prometheus_client's OpenMetrics parser, which is strict (`# EOF`, counters' `_total`,
+a family's samples together), and the text body goes through promtool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+import os
+import random
+import socket
+import subprocess
+import sys
+from typing import cast
+
+import pytest
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition, parser
+from prometheus_client.parser import text_string_to_metric_families
+from test_daemon import START, _rich_accounting, _traffic
+
+from exporter import _compiled
+from exporter.accounting import Snapshot
+from exporter.collector import (
+    CONTENT_TYPE,
+    OPENMETRICS_CONTENT_TYPE,
+    REVISION_ENV,
+    Published,
+    Renderer,
+    SnapshotCollector,
+)
+from exporter.http import HttpServer, Pages, wants_openmetrics
+
+from support.scrape import http_get
+from support.tools import REPO, require_tool
+
+
+def generate_openmetrics(registry: CollectorRegistry) -> bytes:
+    return cast(bytes, exposition.generate_latest(registry))  # type: ignore[no-untyped-call]
+
+
+def parse_om(text: str) -> list[Metric]:
+    return list(parser.text_string_to_metric_families(text))  # type: ignore[no-untyped-call]
+
+
+def parse_text(text: str) -> list[Metric]:
+    return list(text_string_to_metric_families(text))
+
+
+PROMETHEUS_ACCEPT = (  # what Prometheus 2.42 (Debian bookworm) sends on every scrape
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+# -- negotiation -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("accept", "openmetrics"),
+    [
+        (PROMETHEUS_ACCEPT, True),
+        ("application/openmetrics-text; version=1.0.0", True),
+        ("application/openmetrics-text", True),
+        ("Application/OpenMetrics-Text; Version=1.0.0", True),  # (as _header lowers it)
+        ('application/openmetrics-text;version="1.0.0"', True),
+        ("application/openmetrics-text;version=0.0.1", True),  # the draft: the same text
+        # Prometheus >= 2.49, scrape_protocols: [OpenMetricsText1.0.0, PrometheusText0.0.4]
+        (
+            "application/openmetrics-text;version=1.0.0;q=0.5,"
+            "text/plain;version=0.0.4;q=0.4,*/*;q=0.3",
+            True,
+        ),
+        # Prometheus 3's default: protobuf first (not served), OpenMetrics next
+        (
+            "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+            "encoding=delimited;q=0.5,application/openmetrics-text;version=1.0.0;"
+            "escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+            True,
+        ),
+        ("application/openmetrics-text, */*", True),  # named beats a wildcard at equal q
+        ("application/openmetrics-text, text/plain", True),
+        ("application/*", True),  # the only format it takes
+        ("text/plain;version=0.0.4;q=0.5, application/openmetrics-text;q=0.6", True),
+        ("", False),  # no Accept: curl, a browser's first look, old scrapers
+        ("*/*", False),
+        ("text/plain", False),
+        ("text/plain;version=0.0.4", False),
+        ("text/*, application/openmetrics-text;q=0.9", False),
+        ("application/openmetrics-text;q=0.5, text/plain", False),
+        ("application/openmetrics-text;q=0.5, */*", False),
+        ("application/openmetrics-text;q=0", False),
+        ("application/openmetrics-text;q=0.000, text/plain;q=0.001", False),
+        ("application/openmetrics-text;q=2", False),  # malformed q-values accept nothing
+        ("application/openmetrics-text;q=x", False),
+        ("application/openmetrics-text;version=2.0.0", False),  # a version not served
+        ("application/openmetrics-text;version=2.0.0, */*;q=0.1", False),
+        ("application/json", False),  # accepts neither: the text format all the same
+        (",;=,", False),
+    ],
+)
+def test_openmetrics_is_served_when_preferred(accept: str, openmetrics: bool) -> None:
+    assert wants_openmetrics(accept.lower().encode()) is openmetrics
+
+
+# -- the bodies --------------------------------------------------------------------------------
+
+
+def _snapshot(seed: int = 7, requests: int = 500) -> Snapshot:
+    acc, names = _rich_accounting()
+    _traffic(acc, names, random.Random(seed), requests, START)
+    return acc.snapshot()
+
+
+def _process() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ProcessCollector(registry=None))
+    registry.register(PlatformCollector(registry=None))
+    return registry
+
+
+def _reference_openmetrics(snap: Snapshot, errors: int) -> str:
+    collector = SnapshotCollector("1.2.3")
+    collector.snapshot, collector.checkpoint_errors = snap, errors
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_openmetrics(registry).decode()
+
+
+def _without_process_values(text: str) -> list[str]:
+    """The lines, the process metrics' values (CPU seconds, memory) cut off."""
+    return [
+        line.rsplit(" ", 1)[0] if line.startswith("process_") else line
+        for line in text.splitlines()
+    ]
+
+
+def test_openmetrics_equals_prometheus_client_render() -> None:
+    """Written directly, as the text format is, render after render as values change and for
+    another shape of snapshot; the process's metrics after it, then `# EOF`."""
+    acc, names = _rich_accounting()
+    rng = random.Random(11)
+    renderer = Renderer("1.2.3")
+    t = START
+    for n in (0, 1, 500, 0, 3):
+        t = _traffic(acc, names, rng, n, t)
+        snap = acc.snapshot()
+        want = _reference_openmetrics(snap, n)
+        assert renderer.openmetrics_text(snap, n) + "# EOF\n" == want
+        # the text format's layout is a layout of its own: rendering one leaves the other right
+        assert renderer.text(snap, n).startswith("# HELP smllm_requests_total ")
+    body = renderer.render_openmetrics(snap, 4).body.decode()
+    snapshot_part = _reference_openmetrics(snap, 4).removesuffix("# EOF\n")
+    assert body.startswith(snapshot_part)
+    process = generate_openmetrics(_process()).decode()
+    assert _without_process_values(body[len(snapshot_part) :]) == _without_process_values(process)
+    assert body.endswith("\n# EOF\n") and body.count("# EOF") == 1
+
+
+def test_openmetrics_reads_as_openmetrics_and_holds_the_text_formats_samples() -> None:
+    snap = _snapshot()
+    renderer = Renderer("1.2.3")
+    om = renderer.render_openmetrics(snap, 2).body.decode()
+    text = renderer.render(snap, 2).body.decode()
+    families = {f.name: f for f in parse_om(om)}  # raises on anything OpenMetrics refuses
+    # counters are named without _total, their samples with it; HELP and TYPE name the family
+    requests = families["smllm_requests"]
+    assert requests.type == "counter"
+    assert {s.name for s in requests.samples} == {"smllm_requests_total"}
+    assert "# TYPE smllm_requests counter\n" in om and "# TYPE smllm_requests_total" not in om
+    assert "# TYPE smllm_requests_total counter\n" in text
+    assert families["smllm_request_duration_seconds"].type == "histogram"
+    assert families["smllm_exporter_build_info"].type == "gauge"
+    assert "process_cpu_seconds" in families
+
+    def samples(fams: list[Metric]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in fams
+            for s in f.samples
+            if not s.name.startswith(("process_", "python_"))
+        }
+
+    assert samples(parse_om(om)) == samples(parse_text(text))
+
+
+def test_the_text_body_passes_promtool() -> None:
+    promtool = require_tool("promtool")
+    body = Renderer("1.2.3").render(_snapshot(), 0).body
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=body, capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_each_format_and_encoding_is_made_once_and_kept() -> None:
+    renderer = Renderer("1.2.3")
+    published = Published(renderer, _snapshot(requests=20), 0)
+    assert published.ready(gzipped=False, openmetrics=True) is None
+    om = published.body(gzipped=False, openmetrics=True)
+    assert om.endswith(b"# EOF\n") and published.plain is None  # the text format: not made
+    assert published.ready(gzipped=False, openmetrics=True) is om
+    zipped = published.body(gzipped=True, openmetrics=True)
+    assert gzip.decompress(zipped) == om
+    assert published.body(gzipped=True, openmetrics=True) is zipped
+    plain = published.body(gzipped=False)
+    assert b"# EOF" not in plain and plain == published.plain and published.gzipped is None
+    # a scraper that asked for OpenMetrics gzipped finds the next snapshot made that way
+    published.ready(gzipped=True, openmetrics=True)
+    following = Published(renderer, _snapshot(requests=21), 0, published)
+    following.prepare_like(published)
+    assert set(following.bodies) == {(True, False), (True, True)}
+
+
+# -- served over HTTP --------------------------------------------------------------------------
+
+
+async def _get_all(
+    pages: Pages, requests: list[tuple[str, dict[str, str]]]
+) -> list[tuple[int, bytes, dict[str, str]]]:
+    server = HttpServer(pages, "127.0.0.1", 0)
+    _, port = await server.start()
+    try:
+        return [
+            await asyncio.to_thread(http_get, f"http://127.0.0.1:{port}{path}", headers)
+            for path, headers in requests
+        ]
+    finally:
+        await server.close()
+
+
+def test_metrics_is_served_in_the_format_asked_for() -> None:
+    renderer = Renderer("1.2.3")
+    pages = Pages(metrics=Published(renderer, _snapshot(requests=30), 0), ready=lambda: True)
+    om_gzip = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+    answers = asyncio.run(
+        _get_all(
+            pages,
+            [
+                ("/metrics", {}),
+                ("/metrics", {"Accept": PROMETHEUS_ACCEPT}),
+                ("/metrics", om_gzip),  # rendered already: from memory, gzipped now
+                ("/metrics", om_gzip),
+                ("/metrics", {"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "gzip"}),
+                ("/metrics", {"Accept": "application/openmetrics-text;q=0"}),
+            ],
+        )
+    )
+    (plain, om, om_z, om_z2, plain_z, refused) = answers
+    assert all(status == 200 for status, _, _ in answers)
+    assert plain[2]["Content-Type"] == CONTENT_TYPE == refused[2]["Content-Type"]
+    assert not plain[1].endswith(b"# EOF\n") and plain[1] == refused[1]
+    assert om[2]["Content-Type"] == OPENMETRICS_CONTENT_TYPE
+    assert OPENMETRICS_CONTENT_TYPE == "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    assert om[1].endswith(b"\n# EOF\n") and b"# TYPE smllm_requests counter\n" in om[1]
+    # (urllib does not decompress)
+    assert om_z[2]["Content-Encoding"] == "gzip" and gzip.decompress(om_z[1]) == om[1]
+    assert om_z2[1] == om_z[1] and om_z2[2]["Content-Type"] == OPENMETRICS_CONTENT_TYPE
+    assert plain_z[2]["Content-Type"] == CONTENT_TYPE and gzip.decompress(plain_z[1]) == plain[1]
+
+
+# -- smllm_exporter_build_info -------------------------------------------------------------------
+
+
+def _build_info(text: str) -> dict[str, str]:
+    (info,) = [f for f in parse_text(text) if f.name == "smllm_exporter_build_info"]
+    (sample,) = info.samples
+    assert sample.value == 1
+    return dict(sample.labels)
+
+
+def test_build_info_names_version_revision_python_and_compiled() -> None:
+    renderer = Renderer("1.2.3")
+    labels = _build_info(renderer.render(_snapshot(requests=5)).body.decode())
+    compiled = _compiled.speedups is not None and _compiled.accounting is not None
+    assert labels == {
+        "version": "1.2.3",
+        "revision": labels["revision"],
+        "python": sys.version.split()[0],
+        "compiled": "true" if compiled else "false",
+    }
+    assert labels["revision"]  # a commit, or "unknown"
+    om = {
+        f.name: f
+        for f in parse_om(renderer.render_openmetrics(_snapshot(requests=5)).body.decode())
+    }
+    (sample,) = om["smllm_exporter_build_info"].samples
+    assert sample.labels == labels
+
+
+_SERVED_BUILD_INFO = """
+import json, sys
+sys.path.insert(0, "tests")
+from test_exposition import _build_info, _snapshot
+from exporter.collector import Renderer
+print(json.dumps(_build_info(Renderer("9.9.9").render(_snapshot(requests=5)).body.decode())))
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_build_info_compiled_follows_pure_python_and_revision_the_environment(pure: str) -> None:
+    if pure == "0" and _compiled.speedups is None and os.environ.get(_compiled.ENV, "0") == "0":
+        pytest.skip("the compiled modules are not built here")
+    env = {**os.environ, _compiled.ENV: pure, REVISION_ENV: "0123abcd\nsecond line"}
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVED_BUILD_INFO],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    labels = json.loads(done.stdout)
+    assert labels["compiled"] == ("false" if pure == "1" else "true")
+    assert labels["revision"] == "0123abcd"  # its first line
+    assert labels["version"] == "9.9.9"
+
+
+# -- the addresses bound -----------------------------------------------------------------------
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+async def _bound(host: str) -> tuple[list[tuple[str, int]], int]:
+    server = HttpServer(Pages(), host, 0)
+    _, port = await server.start()
+    try:
+        addresses = [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in server._listeners]
+        for address, _ in addresses:  # each one answers
+            url = f"[{address}]" if ":" in address else address
+            status, _, _ = await asyncio.to_thread(http_get, f"http://{url}:{port}/-/healthy")
+            assert status == 200
+        return addresses, port
+    finally:
+        await server.close()
+
+
+def test_the_log_names_every_address_bound(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="exporter.http")
+    hosts = ["127.0.0.1"] + (["::1"] if _has_ipv6_loopback() else [])
+    for host in hosts:
+        caplog.clear()
+        addresses, port = asyncio.run(_bound(host))
+        lines = [r.getMessage() for r in caplog.records if r.name == "exporter.http"]
+        url = f"[{host}]" if ":" in host else host
+        assert lines == [f"listening on http://{url}:{port}/metrics"]
+        assert addresses == [(host, port)]
+
+
+def test_every_address_of_a_name_is_bound_on_one_port_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`localhost` (127.0.0.1, and ::1 where the resolver gives it): port 0 picks one port, the
+    same for every address, and each is logged."""
+    caplog.set_level(logging.INFO, logger="exporter.http")
+    addresses, port = asyncio.run(_bound("localhost"))
+    assert addresses and {p for _, p in addresses} == {port}
+    lines = [r.getMessage() for r in caplog.records if r.name == "exporter.http"]
+    want = [
+        f"listening on http://{f'[{a}]' if ':' in a else a}:{port}/metrics" for a, _ in addresses
+    ]
+    assert lines == want

@@ -1,0 +1,135 @@
+"""The shipped unit on a bare machine: `systemd-analyze verify` of the unit as the documented
+install (deploy/README.md) leaves it, in an empty `--root` (nothing of /opt/sm-llm-exporter or
+/etc/sm-llm-exporter needed on this host), and the unit's `Documentation=` there.
+
+The install's `install` lines run as they are written, their absolute paths moved under the
+root; the venv and `pip install` are stood in for by the directory and an executable at
+ExecStart's path (what verify checks). The root holds a copy of the system's units
+(sysinit.target and the rest the unit's default dependencies name) and an empty
+/etc/systemd/system, as every systemd host has.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support.tools import REPO, require_tool
+
+UNIT = REPO / "deploy" / "sm-llm-exporter.service"
+GUIDE = REPO / "deploy" / "README.md"
+SYSTEM_UNITS = Path("/usr/lib/systemd/system")
+INSTALLED = Path("/opt/sm-llm-exporter")
+
+
+def install_steps() -> list[str]:
+    """The commands of deploy/README.md's `## Install` section (its indented block)."""
+    section = GUIDE.read_text().split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"(?:^    \S.*\n)+", section, re.MULTILINE)
+    assert block, "no command block under ## Install"
+    return [line.strip() for line in block[0].splitlines()]
+
+
+def unit_value(key: str) -> str:
+    found = re.findall(rf"^{key}=(.*)$", UNIT.read_text(), re.MULTILINE)
+    assert len(found) == 1, f"{key}= set {found!r}"
+    return str(found[0])
+
+
+def rooted(root: Path, arg: str) -> str:
+    return str(root / arg.lstrip("/")) if arg.startswith("/") else arg
+
+
+def run_install(root: Path) -> list[str]:
+    """The documented install into `root` (see the module docstring); the steps it ran."""
+    program = unit_value("ExecStart").split()[0]
+    done = []
+    for step in install_steps():
+        argv = shlex.split(step.split("  #", 1)[0])
+        if argv[:3] == ["python3", "-m", "venv"]:
+            (Path(rooted(root, argv[3])) / "bin").mkdir(parents=True)
+        elif argv[0].endswith("/bin/pip") and argv[1] == "install":
+            assert Path(argv[0]).parent == Path(program).parent, (step, program)
+            stand_in = Path(rooted(root, program))
+            stand_in.write_text("#!/bin/sh\n")
+            stand_in.chmod(0o755)
+        elif argv[0] == "install":
+            subprocess.run([rooted(root, a) for a in argv], cwd=REPO, check=True)
+        else:
+            continue  # apt-get, check-config, systemctl, curl: nothing the root needs
+        done.append(step)
+    return done
+
+
+@pytest.fixture
+def installed_root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    units = root / SYSTEM_UNITS.relative_to("/")
+    shutil.copytree(SYSTEM_UNITS, units, symlinks=True)
+    (root / "lib").symlink_to("usr/lib")  # Debian's merged /usr: their links name /lib/...
+    (root / "etc/systemd/system").mkdir(parents=True)  # (as on every systemd host)
+    # the system's own tool ExecReload= runs (kill(1): on every Debian host)
+    tool = Path(unit_value("ExecReload").split()[0])
+    (root / tool.relative_to("/")).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(tool, root / tool.relative_to("/"))
+    steps = run_install(root)
+    assert any(UNIT.name in s for s in steps), steps
+    return root
+
+
+def verify(root: Path) -> tuple[int, str]:
+    analyze = require_tool("systemd-analyze")
+    r = subprocess.run(
+        [analyze, "verify", f"--root={root}", UNIT.name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_verify_passes_as_the_documented_install_leaves_the_unit(installed_root: Path) -> None:
+    installed = installed_root / "etc/systemd/system" / UNIT.name
+    assert installed.read_bytes() == UNIT.read_bytes()  # the shipped unit, unchanged
+    rc, out = verify(installed_root)
+    assert rc == 0 and not out.strip(), out
+
+
+def test_verify_in_the_root_fails_without_the_program(installed_root: Path) -> None:
+    """The control: the root is what verify looks at, not this host's /opt."""
+    program = unit_value("ExecStart").split()[0]
+    Path(rooted(installed_root, program)).unlink()
+    rc, out = verify(installed_root)
+    assert rc != 0 and f"Command {program} is not executable" in out, out
+
+
+def test_the_documentation_is_where_the_unit_points(installed_root: Path) -> None:
+    urls = unit_value("Documentation").split()
+    assert urls
+    for url in urls:
+        assert url.startswith("file:///"), url
+        path = Path(url.removeprefix("file://"))
+        assert path.is_relative_to(INSTALLED), url  # (what the install creates)
+        copy = installed_root / path.relative_to("/")
+        assert copy.is_file(), f"{url}: not created by the install steps of {GUIDE}"
+        # the copy of a README of the source, as it is there
+        assert copy.read_bytes() == (REPO / path.relative_to(INSTALLED)).read_bytes(), url
+
+
+def test_verify_on_this_bare_host_names_only_the_program_not_installed() -> None:
+    """`systemd-analyze verify deploy/sm-llm-exporter.service` before the install: its one
+    complaint is ExecStart's program (deploy/README.md says so)."""
+    if INSTALLED.exists():
+        pytest.skip(f"{INSTALLED} exists here: not a bare host")
+    analyze = require_tool("systemd-analyze")
+    r = subprocess.run([analyze, "verify", str(UNIT)], capture_output=True, text=True, check=False)
+    complaints = [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
+    program = unit_value("ExecStart").split()[0]
+    assert complaints == [
+        f"{UNIT.name}: Command {program} is not executable: No such file or directory"
+    ], complaints
