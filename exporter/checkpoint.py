@@ -163,7 +163,8 @@ class StateLock:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.unlink(probe)
+                with contextlib.suppress(OSError):  # (nothing left behind, whatever failed)
+                    os.unlink(probe)
         except OSError as e:
             raise OSError(
                 f"state directory {directory} cannot hold checkpoints "

@@ -284,12 +284,12 @@ def parse(
     if len(text) > MAX_BYTES:
         raise ConfigError(source, [f"{source}: over {MAX_BYTES:,} characters: not a config"])
     try:
-        node, data = _compose_and_construct(text)
+        node, data, duplicates = _compose_and_construct(text)
     except yaml.YAMLError as e:
         raise ConfigError(source, [_yaml_problem(e, text, source)]) from None
     lines = _index_lines(node) if node is not None else {}
     checker = _Checker(source, lines, env, available)
-    for path, first, second in _duplicates(node) if node is not None else ():
+    for path, first, second in duplicates:
         where = f"on line {first}" if first == second else f"on lines {first} and {second}"
         checker.problem(path, f"given twice, {where} (which one?)")
     config = checker.config(data)
@@ -298,12 +298,19 @@ def parse(
     return config
 
 
-def _compose_and_construct(text: str) -> tuple[yaml.Node | None, Any]:
-    """The document's node graph (for the lines) and its Python value."""
+def _compose_and_construct(
+    text: str,
+) -> tuple[yaml.Node | None, Any, list[tuple[str, int, int]]]:
+    """The document's node graph (for the lines), its Python value, and its keys given twice
+    (found before it is built: building a merge key `<<` writes the merged keys into the
+    graph)."""
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
-        return node, loader.construct_document(node) if node is not None else {}
+        if node is None:
+            return None, {}, []
+        duplicates = list(_duplicates(node))
+        return node, loader.construct_document(node), duplicates
     finally:
         loader.dispose()
 
@@ -366,7 +373,7 @@ def key_lines(text: str) -> dict[str, int]:
     """Key path -> line of a config's text (for the problems checks of a loaded config find);
     empty when it does not compose."""
     try:
-        node, _ = _compose_and_construct(text)
+        node, _, _ = _compose_and_construct(text)
     except yaml.YAMLError:
         return {}
     return _index_lines(node) if node is not None else {}
@@ -866,11 +873,17 @@ def _host(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("")
     bare = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    address, _, zone = bare.partition("%")
+    if zone and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", zone):  # (an IPv6 zone: an interface)
+        raise ValueError("")
     try:
         ipaddress.ip_address(bare)
         return bare
     except ValueError:
-        pass
+        if zone:
+            raise
+    if address.replace(".", "").isdigit():  # (`10.1` would be read as an IPv4 address)
+        raise ValueError("")
     name = value.removesuffix(".")
     if len(name) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in name.split(".")):
         raise ValueError("")
@@ -880,11 +893,9 @@ def _host(value: Any) -> str:
 def _user(value: Any) -> str:
     """A POSIX user name (portable characters; not starting with `-`, where ssh would read an
     option)."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
+    if not isinstance(value, str) or not _USER.fullmatch(value):  # (`user: 0700` reads as 448)
         raise ValueError("")
-    if not _USER.fullmatch(str(value)):
-        raise ValueError("")
-    return str(value)
+    return value
 
 
 def _remote_path(value: Any) -> str:

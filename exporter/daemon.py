@@ -14,6 +14,7 @@ accounting built from the new config), with every unchanged node's source left r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import random
@@ -112,6 +113,7 @@ class Daemon:
         self._queue: asyncio.Queue[Batch] | None = None
         self._tg: asyncio.TaskGroup | None = None
         self._source_tasks: dict[str, asyncio.Task[None]] = {}
+        self._rebinding = asyncio.Lock()
 
     def _now_us(self) -> int:
         return int(self.clock() * SECOND)
@@ -136,7 +138,7 @@ class Daemon:
         )
 
     def _ready(self) -> bool:
-        return self.address is not None and len(self._started) == len(self.config.nodes)
+        return self.address is not None and {n.name for n in self.config.nodes} <= self._started
 
     async def run(self) -> None:
         """Serve until cancelled (StateInUse at once when another daemon has the state dir)."""
@@ -394,7 +396,10 @@ class Daemon:
             elif "http_max_connections" in diff.settings:  # (from the next connection on)
                 self.server.max_connections = min(new.http_max_connections, fd_budget())
         finally:
-            self.notifier.reloaded(self.status())
+            if self._ready():
+                self.notifier.reloaded(self.status())
+            else:
+                self.notifier.status(self.status())
 
     def _take_config(self, new: Config, diff: changes.Changes) -> None:
         old_nodes = self.acc.nodes
@@ -421,33 +426,60 @@ class Daemon:
             self._down_reason.pop(name, None)
         for parser in self.parsers.values():
             parser.slots, parser.gone_us = new.slots, new.max_request_seconds * SECOND
+        assert self._tg is not None
         for node in diff.changed:
             task = self._source_tasks.pop(node.name, None)
-            if task is not None:
-                task.cancel()
-            self._ended.pop(node.name, None)
-            self._start_source(node)
+            self._source_tasks[node.name] = self._tg.create_task(
+                self._restart_source(node, task), name=f"source {node.name}"
+            )
         for node in diff.added:
             self.parsers[node.name] = self._parser(node.name)
             self.positions[node.name] = ""
             self.node_since[node.name] = new.since_us(self._now_us())
+            self.acc.nodes[node.name].newest_us = self.node_since[node.name]
             self._errors_logged[node.name] = 0
             self._start_source(node)
         self._served = self.acc.snapshot()
 
+    async def _restart_source(self, node: NodeConfig, old: asyncio.Task[None] | None) -> None:
+        """A changed node's source started again: once the old one has ended and everything it
+        handed over is applied (as a retry does), so the new one starts from the position of
+        the last batch applied and reads nothing twice."""
+        assert self._queue is not None
+        if old is not None:
+            old.cancel()
+            with suppress(asyncio.CancelledError):
+                await old
+        marker = Batch(node.name, up=False, error="its config changed: starting again")
+        applied = asyncio.Event()
+        self._ended[node.name] = (marker, applied)
+        await self._queue.put(marker)
+        await applied.wait()
+        await self._follow(node, self._queue)
+
     async def _rebind(self) -> None:
-        """Serve on the reloaded listen address (the old one closed first: it may be the same
-        port)."""
-        c = self.config
-        await self.server.close()
-        self.server = HttpServer(
-            self.pages, c.listen_host, c.listen_port, max_connections=c.http_max_connections
-        )
-        try:
-            self.address = await self.server.start()
-        except OSError as e:
-            log.error("reload: cannot serve on %s:%d: %s", c.listen_host, c.listen_port, e)
-            raise
+        """Serve on the reloaded listen address (one rebind at a time; the old server closed
+        first, as the address may be the same). When the new address cannot be bound, the old
+        one is served again: a reload never takes /metrics down."""
+        async with self._rebinding:
+            c, old = self.config, self.server
+            if (c.listen_host, c.listen_port) == (old.host, old.port):
+                return
+            await old.close()
+            for host, port in ((c.listen_host, c.listen_port), (old.host, old.port)):
+                server = HttpServer(self.pages, host, port, max_connections=c.http_max_connections)
+                try:
+                    self.address = await server.start()
+                except OSError as e:
+                    log.error("reload: cannot serve on %s:%d: %s", host, port, e)
+                    continue
+                self.server = server
+                if (host, port) != (c.listen_host, c.listen_port):
+                    log.warning("reload: serving on %s:%d as before", host, port)
+                    # (so that a later reload with the new address tries it again)
+                    self.config = dataclasses.replace(c, listen_host=host, listen_port=port)
+                return
+            log.error("reload: /metrics is not served (both addresses refused)")
 
     def _tick(self, now_us: int) -> None:
         for node, parser in self.parsers.items():

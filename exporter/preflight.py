@@ -32,13 +32,25 @@ SERVICE_STATE_DIR = Path("/var/lib/sm-llm-exporter")
 SERVICE_GROUPS = ("systemd-journal",)
 
 
+# What the unit's sandbox hides from the service (a path there is no path for it).
+HIDDEN = {
+    Path("/tmp"): "PrivateTmp=yes",
+    Path("/var/tmp"): "PrivateTmp=yes",
+    Path("/home"): "ProtectHome=yes",
+    Path("/root"): "ProtectHome=yes",
+    Path("/run/user"): "ProtectHome=yes",
+}
+
+
 @dataclass(frozen=True)
 class Named:
-    """A path the config names: its key path, and whether it is a directory to read."""
+    """A path the config names: its key path, whether it is a directory to read, and whether
+    it must be a regular file (a FIFO there would be read once, or block)."""
 
     key: str
     path: Path
     directory: bool = False
+    regular: bool = True
 
 
 def named_paths(cfg: Config) -> Iterator[Named]:
@@ -46,10 +58,10 @@ def named_paths(cfg: Config) -> Iterator[Named]:
     for i, n in enumerate(cfg.nodes):
         at = f"nodes[{i}]"
         if isinstance(n, FileNode):
-            yield Named(f"{at}.path", n.path)
+            yield Named(f"{at}.path", n.path, regular=False)  # (a FIFO is followed too)
         elif isinstance(n, JournalNode):
             if n.directory is not None:
-                yield Named(f"{at}.directory", n.directory, directory=True)
+                yield Named(f"{at}.directory", n.directory, directory=True, regular=False)
             for j, f in enumerate(n.files):
                 yield Named(f"{at}.files[{j}]", f)
         elif isinstance(n, SshNode):
@@ -93,7 +105,16 @@ def problems(
 
 
 def _unreadable(named: Named, as_service: bool, credentials: Path) -> str:
+    try:
+        return _path_problem(named, as_service, credentials)
+    except OSError as e:  # (a directory on the way this user cannot enter)
+        return f"{named.path} cannot be checked as this user ({e.strerror or type(e).__name__})"
+
+
+def _path_problem(named: Named, as_service: bool, credentials: Path) -> str:
     path = named.path
+    if not path.is_absolute():
+        return f"{path} is relative: give the whole path (the service runs from /)"
     # as the service, or from a shell where the service's credentials directory is not there:
     # a credential is the file the unit hands over
     if path.is_relative_to(credentials) and (as_service or not credentials.exists()):
@@ -103,13 +124,21 @@ def _unreadable(named: Named, as_service: bool, credentials: Path) -> str:
                 f"{path} is not a credential the unit hands over (config.yaml, or ssh_FILE "
                 f"for a file of {SSH_CREDENTIALS[1]})"
             )
-        if not given.is_file():
+        if not os.path.lexists(given):
             return f"{path} comes from {given}, which does not exist"
+        if not stat.S_ISREG(given.lstat().st_mode):  # (LoadCredential= hands over files only)
+            return f"{path} comes from {given}, which is not a regular file (a symlink?)"
         return ""  # (systemd reads it as root)
+    if as_service:
+        hidden = next((why for top, why in HIDDEN.items() if path.is_relative_to(top)), None)
+        if hidden is not None:
+            return f"{path} is hidden from the service (the unit's {hidden})"
     if not path.exists():
         return f"{path} does not exist"
     if named.directory != path.is_dir():
         return f"{path} is {'not ' if named.directory else ''}a directory"
+    if named.regular and not path.is_file():
+        return f"{path} is not a regular file"
     if as_service:
         blocked = _blocked_for_others(path, named.directory)
         return f"{blocked}: the service's dynamic user cannot read {path}" if blocked else ""
@@ -150,8 +179,22 @@ def _blocked_for_others(path: Path, directory: bool) -> str:
 
 
 def _state_dir_problem(state_dir: Path, as_service: bool) -> str:
+    try:
+        return _state_dir_check(state_dir, as_service)
+    except OSError as e:
+        return f"{state_dir} cannot be checked as this user ({e.strerror or type(e).__name__})"
+
+
+def _state_dir_check(state_dir: Path, as_service: bool) -> str:
     if as_service and state_dir == SERVICE_STATE_DIR:
         return ""  # (the unit's StateDirectory=: systemd makes it, the service's own)
+    if not state_dir.is_absolute():
+        return f"{state_dir} is relative: give the whole path"
+    if as_service:
+        return (
+            f"{state_dir} is read-only for the service (the unit's ProtectSystem=strict): keep "
+            f"the default, {SERVICE_STATE_DIR}, the unit's StateDirectory="
+        )
     if state_dir.exists():
         if not state_dir.is_dir():
             return f"{state_dir} is not a directory"

@@ -17,6 +17,7 @@ import pytest
 
 from exporter import cli
 
+from support.nobody import as_nobody
 from support.tools import missing, yaml_text
 
 
@@ -128,8 +129,11 @@ def test_a_good_config_and_its_paths_are_valid(
 
 @pytest.fixture
 def open_dir() -> Iterator[Path]:
-    """A directory anyone may pass through (pytest's own temporary directories are 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="smllm-check-"))
+    """A directory anyone may pass through (pytest's own temporary directories are 0700), where
+    the unit's sandbox shows it (not under /tmp: PrivateTmp=yes)."""
+    if os.geteuid() != 0:
+        missing("root (for a directory under /var/lib)")
+    path = Path(tempfile.mkdtemp(prefix="smllm-check-", dir="/var/lib"))
     path.chmod(0o755)
     yield path
     shutil.rmtree(path)
@@ -153,6 +157,7 @@ def test_as_the_service_credentials_come_from_their_sources_and_files_must_be_re
             "nodes:",
             f"  - {{name: a, source: file, path: {private}/dump.json}}",
             f"  - {{name: b, source: file, path: {shared}/dump.json}}",
+            "  - {name: t, source: file, path: /tmp/dump.json}",
             "  - name: c",
             "    source: ssh",
             "    host: c.example",
@@ -166,12 +171,66 @@ def test_as_the_service_credentials_come_from_their_sources_and_files_must_be_re
     assert errors[1:] == [
         f"{path}:2: nodes[0].path: {private} is mode 0700: the service's dynamic user cannot "
         f"read {private}/dump.json",
-        f"{path}:7: nodes[2].known_hosts: {creds}/ssh_no-such-known-hosts-here comes from "
+        f"{path}:4: nodes[2].path: /tmp/dump.json is hidden from the service (the unit's "
+        "PrivateTmp=yes)",
+        f"{path}:8: nodes[3].known_hosts: {creds}/ssh_no-such-known-hosts-here comes from "
         "/etc/sm-llm-exporter/ssh/no-such-known-hosts-here, which does not exist",
-        f"{path}:8: nodes[2].client_keys[0]: {creds}/id_ed25519 is not a credential the unit "
+        f"{path}:9: nodes[3].client_keys[0]: {creds}/id_ed25519 is not a credential the unit "
         "hands over (config.yaml, or ssh_FILE for a file of /etc/sm-llm-exporter/ssh)",
     ]
     # the same config checked as this user: the private dump reads (root), the credentials
     # directory does not exist here
     code, errors = check(caplog, str(path))
     assert code == 1 and not any("nodes[0]" in e or "nodes[1]" in e for e in errors)
+
+
+def test_paths_that_are_relative_not_regular_or_hidden_from_the_checker(
+    open_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fifo = open_dir / "kh.fifo"
+    os.mkfifo(fifo)
+    locked = open_dir / "locked"
+    locked.mkdir(mode=0o700)
+    path = open_dir / "odd.yaml"
+    path.write_text(
+        yaml_text(
+            "nodes:",
+            "  - {name: a, source: file, path: relative/dump.json}",
+            f"  - {{name: b, source: ssh, host: b.example, known_hosts: {fifo}}}",
+            f"  - {{name: c, source: ssh, host: c.example, known_hosts: {locked}/kh}}",
+        )
+    )
+    path.chmod(0o644)
+    code, errors = as_nobody(["check-config", str(path)])
+    assert code == 1, errors
+    assert f"{path}:2: nodes[0].path: relative/dump.json is relative: give the whole path" in errors
+    assert f"{path}:3: nodes[1].known_hosts: {fifo} is not a regular file" in errors
+    assert (
+        f"{path}:4: nodes[2].known_hosts: {locked}/kh cannot be checked as this user (Permission denied)"
+        in errors
+    )
+    assert "Traceback" not in errors
+
+
+def test_merge_keys_are_no_duplicates_and_odd_hosts_and_users_are(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "merge.yaml"
+    path.write_text(
+        yaml_text(
+            "nodes:",
+            "  - &a {name: a, source: ssh, host: a.example, known_hosts: /etc/passwd}",
+            "  - <<: *a",
+            "    name: b",
+            "  - {name: c, source: ssh, host: 'fe80::1%$(touch x)', user: 0700}",
+            "  - {name: d, source: ssh, host: '10.1'}",
+        )
+    )
+    code, errors = check(caplog, str(path))
+    assert code == 1
+    assert errors[1:] == [
+        f"{path}:5: nodes[2].host: must be a host name or an IP address, got 'fe80::1%$(touch x)'",
+        f"{path}:5: nodes[2].user: must be a user name (letters, digits, _ . -; not starting "
+        "with - or .), got 448",
+        f"{path}:6: nodes[3].host: must be a host name or an IP address, got '10.1'",
+    ]

@@ -708,7 +708,7 @@ FULL = y(
     "    keepalive_count_max: 5",
     "    unit: sm-llm@1",
     "  - {name: '10.0.0.3', source: ssh, host: 10.0.0.3, password_file: $CREDENTIALS_DIRECTORY/pw}",
-    "  - {name: n_4, source: ssh, host: n4, user: 0}",
+    "  - {name: n_4, source: ssh, host: n4, user: '0'}",
 )
 FULL_ENV = {"CREDENTIALS_DIRECTORY": "/run/credentials/sm-llm-exporter.service", "STATE": "/srv"}
 CREDS = Path("/run/credentials/sm-llm-exporter.service")
@@ -1062,7 +1062,7 @@ def test_check_config_from_a_shell_reads_credentials_as_the_service_will(
 NODE_OF = {
     "file": "{name: a, source: file, path: /dev/null}",
     "journal": "{name: a, source: journal}",
-    "ssh": "{name: a, source: ssh, host: h, known_hosts: /dev/null}",
+    "ssh": "{name: a, source: ssh, host: h, known_hosts: /etc/passwd}",  # (any regular file)
 }
 UNAVAILABLE = sorted(ALL_SOURCES - sources.AVAILABLE)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,8 @@ def test_twenty_reloads_under_a_scraper_lose_nothing_and_count_nothing_twice(
     for p in paths.values():
         p.write_text("")
     base = {n: paths[n] for n in ("a", "b", "c")}
+    link = tmp_path / "c-link.log"
+    link.symlink_to(paths["c"])
     d = DaemonProcess(tmp_path / "daemon", settings(base, tmp_path / "state"))
     d.start()
     port = d.port
@@ -102,6 +105,8 @@ def test_twenty_reloads_under_a_scraper_lose_nothing_and_count_nothing_twice(
             nodes = dict(base)
             if 8 <= i < 15:  # d added at the 8th, removed at the 15th
                 nodes["d"] = paths["d"]
+            if i % 4 == 1:  # c changed (the same file by a link): its source starts again
+                nodes["c"] = link
             extra = {"http_max_connections": 64 + i % 2, "slots": 4 + i % 3}
             if i == 12:  # a config that does not validate: refused, the old one stays
                 write_config("nodes: [{name: a, source: nope}]\nlisten: 5\n")
@@ -123,6 +128,7 @@ def test_twenty_reloads_under_a_scraper_lose_nothing_and_count_nothing_twice(
     assert "reload: node d removed: its counters are dropped" in log
     assert "reload refused, the config in force stays" in log and "nodes[0].source" in log
     assert "reload: slots changed" in log and "reload: http_max_connections changed" in log
+    assert log.count("reload: node c changed: its source starts again") == 10
     assert watch.scrapes > RELOADS and not watch.errors
     assert not watch.violations, watch.violations[:5]
 
@@ -178,3 +184,24 @@ def test_a_reload_serves_on_a_new_listen_address(tmp_path: Path) -> None:
     assert "reload: listen_port changed" in d.log_text()
     d.port = new_port
     d.stop()
+
+
+def test_a_reload_onto_a_taken_port_keeps_serving_the_old_one(tmp_path: Path) -> None:
+    dump = tmp_path / "a.log"
+    dump.write_text("")
+    d = DaemonProcess(tmp_path / "daemon", settings({"a": dump}, tmp_path / "state"))
+    d.start()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        d.config.write_text(
+            json.dumps({**settings({"a": dump}, tmp_path / "state"), "listen": f"127.0.0.1:{port}"})
+        )
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload: serving on 127.0.0.1" in d.log_text(), 20, "the fallback")
+    got = answer(d.url + "/-/ready")  # (the old port, still served)
+    assert got is not None and got[0] == 200
+    assert f"reload: cannot serve on 127.0.0.1:{port}" in d.log_text()
+    assert "Traceback" not in d.stop()

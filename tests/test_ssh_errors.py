@@ -6,6 +6,7 @@ user whose shell is nologin; the secrets given never appear in an error or a log
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import tempfile
@@ -170,3 +171,13 @@ def test_report_with_an_unusable_key_names_it_and_ends_without_a_traceback(
     assert code == 1
     assert f"{who(node)}: client key {encrypted_key} is encrypted" in caplog.text
     assert "Traceback" not in caplog.text + capsys.readouterr().err
+
+
+def test_a_known_hosts_that_is_a_fifo_is_refused_not_waited_on(node: SshNode, base: Path) -> None:
+    fifo = base / "known_hosts.fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    assert error_of(replace(node, known_hosts=fifo)) == (
+        f"{who(node)}: known_hosts {fifo}: not a regular file; `sm-llm-exporter known-hosts "
+        "a` prints the lines to put there"
+    )

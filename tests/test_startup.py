@@ -8,20 +8,16 @@ default state directory (/var/lib/sm-llm-exporter, which only root may create)."
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import pwd
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from exporter import cli, daemon  # noqa: F401 (imported before a fork drops to nobody)
-
+from support.nobody import as_nobody
 from support.tools import REPO, free_port, missing
 
 EXPORTER = REPO / ".venv" / "bin" / "sm-llm-exporter"
@@ -81,35 +77,6 @@ def test_a_state_dir_the_lock_survives_in_but_no_checkpoint_is_refused(tmp_path:
         finally:
             subprocess.run(["umount", str(ro)], check=False)
     refused(proc, str(ro), "cannot hold checkpoints")
-
-
-def as_nobody(argv: list[str]) -> tuple[int, str]:
-    """`sm-llm-exporter ARGV` in a forked child that has dropped to user and group nobody
-    (the interpreter here lives under /root, which nobody cannot read: what the command needs
-    is imported before the fork). Its exit code and standard error."""
-    if os.geteuid() != 0:
-        missing("root (to drop to another user)")
-    nobody = pwd.getpwnam("nobody")
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # (the child: never returns into pytest)
-        code = 70
-        try:
-            os.dup2(w, 2)
-            os.setgroups([])
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            logging.getLogger().handlers.clear()  # (pytest's capture: the command's own)
-            sys.stderr = os.fdopen(2, "w", buffering=1)
-            code = cli.main(argv)
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-    os.close(w)
-    with os.fdopen(r, encoding="utf-8", errors="replace") as f:
-        err = f.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), err
 
 
 def test_the_default_state_dir_is_refused_for_a_user_that_cannot_create_it() -> None:

@@ -21,9 +21,11 @@ file's: compiled where built. `window` reads a past window for the report the sa
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import shlex
+import stat
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -70,7 +72,7 @@ def read_secret(node: SshNode, env: Env, what: str = "password") -> str | None:
     if path is not None:
         shown = shown_path(path)
         try:
-            return path.read_text(encoding="utf-8").rstrip("\r\n")
+            return read_small_file(path).decode("utf-8").rstrip("\r\n")
         except OSError as e:
             why = e.strerror or type(e).__name__
             raise SourceError(
@@ -84,6 +86,22 @@ def read_secret(node: SshNode, env: Env, what: str = "password") -> str | None:
             raise SourceError(f"{who(node)}: its {what}_env variable is not set")
         return value
     return None
+
+
+MAX_SECRET_FILE = 1 << 20  # a key, a known_hosts, a password: anything bigger is none
+
+
+def read_small_file(path: Path) -> bytes:
+    """A key, known_hosts or secret file's bytes: a regular file only (opened without
+    blocking: a FIFO there is refused, not waited on), at most MAX_SECRET_FILE."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(MAX_SECRET_FILE)
+    finally:
+        os.close(fd)
 
 
 def who(node: SshNode) -> str:
@@ -118,7 +136,7 @@ def load_client_keys(node: SshNode, env: Env) -> list[asyncssh.SSHKey]:
     keys = []
     for path in node.client_keys:
         try:
-            data = path.read_bytes()
+            data = read_small_file(path)
         except OSError as e:
             why = e.strerror or type(e).__name__
             raise SourceError(
@@ -133,9 +151,9 @@ def load_client_keys(node: SshNode, env: Env) -> list[asyncssh.SSHKey]:
                     why = "is encrypted: give its passphrase as passphrase_file or passphrase_env"
                 else:
                     why = "is encrypted, and the passphrase given does not open it"
-                raise SourceError(f"{who(node)}: client key {path} {why}") from None
+                raise SourceError(f"{who(node)}: client key{shown_path(path)} {why}") from None
             raise SourceError(
-                f"{who(node)}: client key {path} is not a private key ({text[:120]})"
+                f"{who(node)}: client key{shown_path(path)} is not a private key ({text[:120]})"
             ) from None
     return keys
 
@@ -147,7 +165,7 @@ def load_known_hosts(node: SshNode) -> asyncssh.SSHKnownHosts | None:
         return None
     path = node.known_hosts
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_small_file(path).decode("utf-8", "replace")
     except OSError as e:
         why = e.strerror or type(e).__name__
         raise SourceError(
@@ -158,6 +176,14 @@ def load_known_hosts(node: SshNode) -> asyncssh.SSHKnownHosts | None:
         return asyncssh.import_known_hosts(text)
     except (asyncssh.Error, ValueError) as e:
         raise SourceError(f"{who(node)}: known_hosts {path} does not read: {e}") from None
+
+
+def loaded_options(node: SshNode, env: Env) -> dict[str, object]:
+    """connect_options with the node's secrets, keys and known_hosts read (and the keys
+    decrypted: half a second of bcrypt for one key) here: in a worker thread, off the loop."""
+    password = read_secret(node, env)
+    keys, known_hosts = load_client_keys(node, env), load_known_hosts(node)
+    return connect_options(node, password, keys or None, known_hosts)
 
 
 def connect_options(
@@ -289,9 +315,7 @@ class SshSource:
 
     async def run(self, out: asyncio.Queue[Batch]) -> None:
         node = self.node
-        password = read_secret(node, self.env)
-        keys, known_hosts = load_client_keys(node, self.env), load_known_hosts(node)
-        options = connect_options(node, password, keys or None, known_hosts)
+        options = await asyncio.to_thread(loaded_options, node, self.env)
         try:
             async with asyncssh.connect(node.host, **options) as conn:
                 features = await self._probe(conn)
@@ -654,9 +678,7 @@ async def window(
 ) -> AsyncIterator[Batch]:
     """The node's entries over [since_us, until_us] that may matter, for a report, as Batches;
     `progress` hears (node, entries read, journal time reached) as the stream comes in."""
-    password = read_secret(node, env)
-    keys, known_hosts = load_client_keys(node, env), load_known_hosts(node)
-    options = connect_options(node, password, keys or None, known_hosts)
+    options = await asyncio.to_thread(loaded_options, node, env)
     reader = LineReader(node.name, since_us=since_us, where=f"node {node.name}", first_line=None)
     entries = 0
     reached: int | None = None
