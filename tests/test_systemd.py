@@ -120,24 +120,25 @@ def test_unit_keeps_what_the_service_needs() -> None:
     assert s[("Install", "WantedBy")] == ["multi-user.target"]
 
 
-def test_the_config_reaches_the_dynamic_user_as_a_credential() -> None:
-    """systemd does not hand a ConfigurationDirectory= over to a DynamicUser= (systemd.exec(5)):
-    the service could not read /etc/sm-llm-exporter/config.yaml itself. --config must name a
-    credential that systemd loads (as root) from the documented path, and the directory stays
-    root-only. (Checked on the unit's text: this machine has no systemd as PID 1 to start it.)"""
+def test_the_config_is_read_where_it_is_and_the_secrets_come_as_credentials() -> None:
+    """The config holds no secret (an inline one is refused), so the dynamic user reads the
+    documented path itself, and `systemctl reload` re-reads it as edited (systemd 252 copies a
+    credential only at start). The secrets stay root-only files that systemd loads (as root)
+    as credentials: a directory of them, each file a credential of its own. (Checked on the
+    unit's text: this machine has no systemd as PID 1 to start it.)"""
     s = unit_settings(UNIT.read_text())
     assert s[("Service", "DynamicUser")] == ["yes"]
     credentials = dict(
         c.split(":", 1) for v in s.get(("Service", "LoadCredential"), []) for c in v.split()
     )
     argv = s[("Service", "ExecStart")][0].split()
-    config_arg = argv[argv.index("--config") + 1]
-    prefix = "${CREDENTIALS_DIRECTORY}/"
-    assert config_arg.startswith(prefix), config_arg
-    assert credentials[config_arg.removeprefix(prefix)] == str(DEFAULT_PATH)
-    assert s[("Service", "ConfigurationDirectoryMode")] == ["0700"]
-    # the SSH secrets too: a directory of them, each file a credential of its own
-    assert credentials["ssh"] == str(DEFAULT_PATH.parent / "ssh")
+    assert argv[argv.index("--config") + 1] == str(DEFAULT_PATH)
+    assert s[("Service", "ConfigurationDirectoryMode")] == ["0755"]  # (its files 0644, ssh/ 0600)
+    assert s[("Service", "ExecReload")] == ["/bin/kill -HUP $MAINPID"]
+    assert credentials == {"ssh": str(DEFAULT_PATH.parent / "ssh")}
+    guide = (UNIT.parent / "README.md").read_text()
+    assert "install -m 0644 config.example.yaml /etc/sm-llm-exporter/config.yaml" in guide
+    assert "install -m 0600 id_ed25519 known_hosts node_pw /etc/sm-llm-exporter/ssh/" in guide
 
 
 def test_systemd_analyze_verify_passes(unit_copy: Path) -> None:
