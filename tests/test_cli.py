@@ -113,3 +113,19 @@ def test_known_hosts_with_no_ssh_node_says_there_is_nothing_to_do(
         assert cli.main(["known-hosts", "--config", str(path)]) == 0
     assert f"{path} has no ssh nodes: no host keys to fetch" in caplog.text
     assert capsys.readouterr().out == ""
+
+
+def test_known_hosts_with_an_unreachable_node_names_it_and_ends_without_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()  # (nothing listens there)
+    path = config_file(tmp_path)
+    path.write_text(
+        path.read_text().replace(
+            "nodes:\n", f"nodes:\n  - {{name: s, source: ssh, host: 127.0.0.1, port: {port}}}\n"
+        )
+    )
+    with caplog.at_level(logging.INFO):
+        assert cli.main(["known-hosts", "--config", str(path)]) == 1
+    assert f"node s: 127.0.0.1:{port}: cannot fetch its host key" in caplog.text
+    assert "Traceback" not in caplog.text + capsys.readouterr().err
