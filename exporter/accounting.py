@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from exporter._compiled import accounting as compiled
 from exporter.kinds import Kinds
-from exporter.logline import Event, EventKind, Interval, Record
+from exporter.logline import LOST_REASON, REASONS, Event, EventKind, Interval, Record
 from exporter.times import fits, iso
 
 SECOND = 1_000_000
@@ -38,8 +38,6 @@ HOLD_US = 60 * SECOND  # figures this far behind now (beyond a node's usual trai
 # through the seed's 2-15 s reconcile and 20-60 s extraction calls, to half an hour
 DEFAULT_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0)
 DEFAULT_BUCKETS_S += (60.0, 120.0, 300.0, 600.0, 1800.0)
-# Why a slot was occupied without a timing block (Interval.reason), as the parser says.
-REASONS = ("cancelled", "error", "untimed", "lost")
 KIND_CACHE_TOKENS = 1 << 16  # the compiled add_all remembers the kind of fewer tokens than this
 KIND_OF_MAX = 1 << 14  # token counts whose kind is remembered (then forgotten all at once)
 MAX_MODELS = 64  # model instances counted per node (a router serves a few)
@@ -418,7 +416,7 @@ class Accounting:
         elif kind is EventKind.LOST:  # (the parser saw its slot taken: its end never came)
             if key is not None:
                 ns.in_flight.pop(key, None)
-            ns.untimed["lost"][0] += 1
+            ns.untimed[LOST_REASON][0] += 1
         elif kind is EventKind.ABORTED:  # in flight when its server exited
             if key is not None:
                 ns.in_flight.pop(key, None)

@@ -65,7 +65,7 @@ def _input(text: str) -> tuple[str, Path]:
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 # Where systemd puts the service's credentials: what `${CREDENTIALS_DIRECTORY}` in a config's
 # paths means in the service, for the commands an operator runs from a shell.
-SERVICE_CREDENTIALS = "/run/credentials/sm-llm-exporter.service"
+SERVICE_CREDENTIALS = str(preflight.SERVICE_CREDENTIALS)
 
 
 def _parser() -> argparse.ArgumentParser:

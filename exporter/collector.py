@@ -38,7 +38,8 @@ from prometheus_client.openmetrics.exposition import (
 from prometheus_client.registry import Collector
 
 from exporter import _compiled
-from exporter.accounting import REASONS, SECOND, KindCounters, NodeSnapshot, Snapshot
+from exporter.accounting import SECOND, KindCounters, NodeSnapshot, Snapshot
+from exporter.logline import REASONS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"

@@ -24,11 +24,17 @@ class LogLine(NamedTuple):
     message: str
 
 
+# What a slot occupancy without a timing block was (Interval.reason; "" for a timed request):
+# a cancel line or an old build's release, an error line, neither (embeddings, rerank), or a
+# new task on its slot before its end was logged (counted only: its end is unknown).
+CANCELLED, ERROR_REASON, UNTIMED, LOST_REASON = "cancelled", "error", "untimed", "lost"
+REASONS = (CANCELLED, ERROR_REASON, UNTIMED, LOST_REASON)
+
+
 class Interval(NamedTuple):
     """One slot occupancy: busy on `node` during [start_us, end_us]. A timed request (its
     timing block gave the end and the duration) has no `reason`; one released without timing
-    spans its launch line to its release line, and `reason` says what it was (`cancelled`,
-    `error`, `untimed`: see parse.REASONS)."""
+    spans its launch line to its release line, and `reason` says what it was (REASONS)."""
 
     node: str
     start_us: int

@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from exporter._compiled import speedups
-from exporter.logline import Event, EventKind, Interval, LogLine, Record
+from exporter.logline import (
+    CANCELLED,
+    ERROR_REASON,
+    UNTIMED,
+    Event,
+    EventKind,
+    Interval,
+    LogLine,
+    Record,
+)
 from exporter.times import MAX_TIME_US, MIN_TIME_US
 
 # A stop line is a cancel when no timing block for its task follows within this much journal time.
@@ -68,9 +77,6 @@ KEYWORDS = (
 )
 MAX_INSTANCES = 32  # model instances a router's parser follows at once
 MAX_MODEL_NAME = 200  # characters of a model's name kept (it becomes a label value)
-# What a slot occupancy without a timing block was (Interval.reason; "" for a timed request).
-CANCELLED, ERROR_REASON, UNTIMED, LOST_REASON = "cancelled", "error", "untimed", "lost"
-REASONS = (CANCELLED, ERROR_REASON, UNTIMED, LOST_REASON)
 MARKS = 64  # cancel and error lines remembered per server until their task's release decides
 
 _TOTAL = re.compile(r"total time\s*=\s*(\S+)\s*ms(?:\s*/\s*(\S+)\s+tokens)?")

@@ -2,10 +2,10 @@
 state directory creatable and writable), seen by this user or as the service will see it.
 
 As the service (`--as-service`), a path under `$CREDENTIALS_DIRECTORY` is the file the unit
-hands over as that credential (`LoadCredential=config.yaml:/etc/sm-llm-exporter/config.yaml`,
-every file of /etc/sm-llm-exporter/ssh as `ssh_FILE`), which systemd reads as root; every other
-path must be readable by the unit's dynamic user, which is neither its owner nor in its group
-(but for the journal's group, systemd-journal); and the default state directory is the unit's
+hands over as that credential (`LoadCredential=ssh:/etc/sm-llm-exporter/ssh`: every file there
+as `ssh_FILE`), which systemd reads as root; every other path must be readable by the unit's
+dynamic user, which is neither its owner nor in its group (but for the journal's group,
+systemd-journal), and not hidden by its sandbox; and the default state directory is the unit's
 `StateDirectory=`, which systemd makes.
 """
 
@@ -26,7 +26,6 @@ from exporter.config import Config, FileNode, JournalNode, SshNode
 
 # What the unit (deploy/sm-llm-exporter.service) hands over and makes.
 SERVICE_CREDENTIALS = Path("/run/credentials/sm-llm-exporter.service")
-CREDENTIAL_SOURCES = {"config.yaml": Path("/etc/sm-llm-exporter/config.yaml")}
 SSH_CREDENTIALS = ("ssh_", Path("/etc/sm-llm-exporter/ssh"))
 SERVICE_STATE_DIR = Path("/var/lib/sm-llm-exporter")
 SERVICE_GROUPS = ("systemd-journal",)
@@ -121,8 +120,8 @@ def _path_problem(named: Named, as_service: bool, credentials: Path) -> str:
         given = _credential_source(path.relative_to(credentials))
         if given is None:
             return (
-                f"{path} is not a credential the unit hands over (config.yaml, or ssh_FILE "
-                f"for a file of {SSH_CREDENTIALS[1]})"
+                f"{path} is not a credential the unit hands over (ssh_FILE for a file of "
+                f"{SSH_CREDENTIALS[1]})"
             )
         if not os.path.lexists(given):
             return f"{path} comes from {given}, which does not exist"
@@ -148,8 +147,6 @@ def _path_problem(named: Named, as_service: bool, credentials: Path) -> str:
 
 def _credential_source(name: Path) -> Path | None:
     text = str(name)
-    if text in CREDENTIAL_SOURCES:
-        return CREDENTIAL_SOURCES[text]
     prefix, directory = SSH_CREDENTIALS
     if text.startswith(prefix) and "/" not in text and len(text) > len(prefix):
         return directory / text[len(prefix) :]

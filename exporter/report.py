@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.accounting import REASONS, SECOND, Accounting, Snapshot
+from exporter.accounting import SECOND, Accounting, Snapshot
 from exporter.kinds import Kinds
-from exporter.logline import Batch, Event, EventKind, Interval, Record
+from exporter.logline import REASONS, Batch, Event, EventKind, Interval, Record
 from exporter.parse import DEFAULT_SLOTS, Parser
 
 # Column labels the seed prints for its two kinds.

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.accounting import REASONS, SECOND, Accounting
+from exporter.accounting import SECOND, Accounting
 from exporter.kinds import DEFAULT_RULES, KindRule, Kinds
-from exporter.logline import Event, EventKind, Interval
+from exporter.logline import REASONS, Event, EventKind, Interval
 
 NODES = ("node0", "node1", "node2")
 KINDS = Kinds(DEFAULT_RULES)

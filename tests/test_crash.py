@@ -28,9 +28,10 @@ from typing import IO
 
 import pytest
 
-from exporter.accounting import REASONS, SECOND
+from exporter.accounting import SECOND
 from exporter.demo import DemoLine, short_iso
 from exporter.kinds import DEFAULT_RULES, Kinds
+from exporter.logline import REASONS
 from exporter.times import iso
 
 from support.daemon_process import DaemonProcess, file_nodes

@@ -22,17 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter import __version__
 from exporter.accounting import SECOND, Accounting, Snapshot
 from exporter.checkpoint import Checkpoint
-from exporter.collector import Exposition, Published, Renderer, SnapshotCollector
+from exporter.collector import Exposition, Published, Renderer
 from exporter.config import Config, FileNode, NodeConfig
 from exporter.daemon import Daemon
 from exporter.demo import NODES, node_lines, short_iso
 from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.logline import Batch, Event, EventKind, Interval, LogLine
+from exporter.logline import Batch, Interval, LogLine
 from exporter.sources import SourceError
 
 from conftest import (
@@ -46,6 +45,7 @@ from conftest import (
 )
 from support.daemon_thread import DaemonThread
 from support.dumps import report_of_dumps
+from support.exposition import reference, rich_accounting, traffic
 from support.readme import metric_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -432,66 +432,26 @@ def test_demo_shows_counters_moving(tmp_path: Path) -> None:
 # -- /metrics, rendered: the text equals prometheus_client's, made only when scraped -------------
 
 
-def _rich_accounting() -> tuple[Accounting, list[str]]:
-    names = [f"node{i:02d}" for i in range(12)] + ['we"ird\\no\nde']
-    acc = Accounting(names, Kinds(DEFAULT_RULES), origin_us=START)
-    return acc, names
-
-
-def _traffic(acc: Accounting, names: list[str], rng: random.Random, n: int, t_us: int) -> int:
-    for _ in range(n):
-        t_us += rng.randrange(1, 3 * SECOND)
-        node = names[rng.randrange(len(names))]
-        if rng.random() < 0.2:
-            acc.add(Event(node, t_us, EventKind.STARTED, slot=0, task=t_us))
-        else:
-            duration = rng.randrange(1, 700 * SECOND)  # some past the last bucket
-            acc.add(
-                Interval(
-                    node,
-                    t_us - duration,
-                    t_us,
-                    tokens=rng.choice([None, rng.randrange(1, 2000)]),
-                    prompt_tokens=rng.randrange(100),
-                    generated_tokens=rng.randrange(100),
-                    prompt_us=rng.randrange(10**6),
-                    generation_us=rng.randrange(10**8),
-                )
-            )
-        acc.line_read(node, t_us, rng.randrange(1, 3_000_000))
-    acc.source_state(names[0], up=True, caught_up=False, now_us=t_us, lag_us=1_234_567)
-    acc.advance(t_us - 30 * SECOND)
-    return t_us
-
-
-def _reference(snap: Snapshot, errors: int) -> str:
-    collector = SnapshotCollector("1.2.3")
-    collector.snapshot, collector.checkpoint_errors = snap, errors
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return generate_latest(registry).decode()
-
-
 def test_rendered_text_equals_prometheus_client_render() -> None:
     """The text written directly is, byte for byte, what prometheus_client's generate_latest
     makes of the SnapshotCollector, render after render as values change (or do not)."""
-    acc, names = _rich_accounting()
+    acc, names = rich_accounting()
     rng = random.Random(7)
     renderer = Renderer("1.2.3")
     t = START
     for n in (0, 1, 500, 0, 3, 2000):
-        t = _traffic(acc, names, rng, n, t)
+        t = traffic(acc, names, rng, n, t)
         snap = acc.snapshot()
-        assert renderer.text(snap, n) == _reference(snap, n)
+        assert renderer.text(snap, n) == reference(snap, n)
     body = renderer.render(snap, 5).body.decode()
-    assert body.startswith(_reference(snap, 5)) and "process_cpu_seconds_total" in body
+    assert body.startswith(reference(snap, 5)) and "process_cpu_seconds_total" in body
     other = Accounting(names[:3], Kinds(DEFAULT_RULES), origin_us=START)  # another shape
-    assert renderer.text(other.snapshot()) == _reference(other.snapshot(), 0)
+    assert renderer.text(other.snapshot()) == reference(other.snapshot(), 0)
 
 
 def test_snapshots_share_the_counters_that_did_not_change() -> None:
-    acc, names = _rich_accounting()
-    _traffic(acc, names, random.Random(3), 300, START)
+    acc, names = rich_accounting()
+    traffic(acc, names, random.Random(3), 300, START)
     before = acc.snapshot()
     kinds = {
         (n.name, k): (c.requests, c.tokens, list(c.buckets))
@@ -513,16 +473,14 @@ def test_snapshots_share_the_counters_that_did_not_change() -> None:
 
 
 def test_a_snapshot_is_rendered_when_scraped_and_ahead_only_for_a_frequent_scraper() -> None:
-    acc, names = _rich_accounting()
+    acc, names = rich_accounting()
     renderer = Renderer("1.2.3")
-    _traffic(acc, names, random.Random(5), 50, START)
+    traffic(acc, names, random.Random(5), 50, START)
     first = Published(renderer, acc.snapshot(), 0)
     assert first.plain is None and first.ready(gzipped=False) is None  # nothing made yet
     assert first.body(gzipped=True) == first.ready(gzipped=True)
     assert gzip.decompress(first.body(gzipped=True)) == first.plain
-    assert first.plain is not None and first.plain.startswith(
-        _reference(first.snapshot, 0).encode()
-    )
+    assert first.plain is not None and first.plain.startswith(reference(first.snapshot, 0).encode())
     second = Published(renderer, acc.snapshot(), 0)
     second.prepare_like(first)  # `first` was scraped (gzipped): `second` made ahead
     assert second.plain is not None and second.gzipped is not None and second.scraped is None
@@ -545,10 +503,10 @@ class HeldRenderer(Renderer):
 
 
 def test_while_a_snapshot_is_made_ahead_scrapes_get_the_one_before() -> None:
-    acc, names = _rich_accounting()
+    acc, names = rich_accounting()
     renderer = HeldRenderer()
     renderer.go.set()
-    _traffic(acc, names, random.Random(6), 50, START)
+    traffic(acc, names, random.Random(6), 50, START)
     first = Published(renderer, acc.snapshot(), 0)
     old = first.body(gzipped=False)  # scraped
     renderer.go.clear()

@@ -35,12 +35,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from exporter.accounting import REASONS, SECOND, Snapshot
+from exporter.accounting import SECOND, Snapshot
 from exporter.config import Config, JournalNode
 from exporter.daemon import Daemon
 from exporter.demo import DemoLine, node_lines
 from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.logline import Batch, Interval, LogLine
+from exporter.logline import REASONS, Batch, Interval, LogLine
 from exporter.parse import KEYWORDS, Parser
 
 from conftest import IN_CI, Samples, free_port, http_get, parse_metrics, sample, wait_for

@@ -26,11 +26,11 @@ import pytest
 import yaml
 
 from exporter import parse, report
-from exporter.accounting import DEFAULT_BUCKETS_S, REASONS, SECOND, Accounting, restore, state_of
+from exporter.accounting import DEFAULT_BUCKETS_S, SECOND, Accounting, restore, state_of
 from exporter.config import Config, FileNode
 from exporter.daemon import Daemon
 from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.logline import Event, EventKind, Interval, LogLine, Record
+from exporter.logline import REASONS, Event, EventKind, Interval, LogLine, Record
 from exporter.parse import Parser
 from exporter.times import MAX_TIME_US
 
@@ -796,3 +796,4 @@ def test_a_model_name_that_is_no_text_is_made_one() -> None:
     p.feed_all(lines((0, "srv load: spawning server instance with name=m\udc80x on port 1")))
     (model,) = [m for _, m, _ in p.state()["instances"]]
     assert model.encode("utf-8") and model.startswith("m") and model.endswith("x")
+

@@ -152,16 +152,25 @@ def test_twenty_reloads_under_a_scraper_lose_nothing_and_count_nothing_twice(
     assert "Traceback" not in d.stop()
 
 
-def test_a_reload_that_moves_the_state_dir_is_refused(tmp_path: Path) -> None:
+def one_node_daemon(tmp_path: Path) -> tuple[DaemonProcess, Path]:
+    """A running daemon with one file node, and the node's dump."""
     dump = tmp_path / "a.log"
     dump.write_text("")
     d = DaemonProcess(tmp_path / "daemon", settings({"a": dump}, tmp_path / "state"))
     d.start()
-    d.config.write_text(
-        json.dumps({**settings({"a": dump}, tmp_path / "other"), "listen": f"127.0.0.1:{d.port}"})
-    )
+    return d, dump
+
+
+def reload_with(d: DaemonProcess, dump: Path, state: Path, port: int) -> None:
+    """Write a config of the one node with `state` and `port`, and SIGHUP the daemon."""
+    d.config.write_text(json.dumps({**settings({"a": dump}, state), "listen": f"127.0.0.1:{port}"}))
     assert d.proc is not None
     d.proc.send_signal(signal.SIGHUP)
+
+
+def test_a_reload_that_moves_the_state_dir_is_refused(tmp_path: Path) -> None:
+    d, dump = one_node_daemon(tmp_path)
+    reload_with(d, dump, tmp_path / "other", d.port)
     wait_for(lambda: "reload refused: state_dir changed" in d.log_text(), 20, "the refusal")
     got = answer(d.url + "/-/ready")  # (still serving, on the old config)
     assert got is not None and got[0] == 200
@@ -169,16 +178,9 @@ def test_a_reload_that_moves_the_state_dir_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_reload_serves_on_a_new_listen_address(tmp_path: Path) -> None:
-    dump = tmp_path / "a.log"
-    dump.write_text("")
-    d = DaemonProcess(tmp_path / "daemon", settings({"a": dump}, tmp_path / "state"))
-    d.start()
+    d, dump = one_node_daemon(tmp_path)
     new_port = free_port()
-    d.config.write_text(
-        json.dumps({**settings({"a": dump}, tmp_path / "state"), "listen": f"127.0.0.1:{new_port}"})
-    )
-    assert d.proc is not None
-    d.proc.send_signal(signal.SIGHUP)
+    reload_with(d, dump, tmp_path / "state", new_port)
     got = wait_for(lambda: answer(f"http://127.0.0.1:{new_port}/-/healthy"), 20, "the new port")
     assert got[0] == 200
     assert "reload: listen_port changed" in d.log_text()
@@ -187,19 +189,12 @@ def test_a_reload_serves_on_a_new_listen_address(tmp_path: Path) -> None:
 
 
 def test_a_reload_onto_a_taken_port_keeps_serving_the_old_one(tmp_path: Path) -> None:
-    dump = tmp_path / "a.log"
-    dump.write_text("")
-    d = DaemonProcess(tmp_path / "daemon", settings({"a": dump}, tmp_path / "state"))
-    d.start()
+    d, dump = one_node_daemon(tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        d.config.write_text(
-            json.dumps({**settings({"a": dump}, tmp_path / "state"), "listen": f"127.0.0.1:{port}"})
-        )
-        assert d.proc is not None
-        d.proc.send_signal(signal.SIGHUP)
+        reload_with(d, dump, tmp_path / "state", port)
         wait_for(lambda: "reload: serving on 127.0.0.1" in d.log_text(), 20, "the fallback")
     got = answer(d.url + "/-/ready")  # (the old port, still served)
     assert got is not None and got[0] == 200

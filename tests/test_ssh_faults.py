@@ -175,6 +175,34 @@ def ssh_node(fake: FakeServer, tmp_path: Path, name: str = "a") -> SshNode:
     )
 
 
+def process_config(
+    fake: FakeServer,
+    node: SshNode,
+    since_us: int,
+    clock_allowance_seconds: int = 5,
+    **node_keys: object,
+) -> dict[str, object]:
+    """The config of a daemon process following `node` on the fake server (`node_keys`: more of
+    the node's keys)."""
+    return {
+        "since": iso(since_us),
+        "clock_allowance_seconds": clock_allowance_seconds,
+        "nodes": [
+            {
+                "name": "a",
+                "source": "ssh",
+                "host": "127.0.0.1",
+                "port": fake.port,
+                "user": "root",
+                "unit": UNIT,
+                "known_hosts": str(node.known_hosts),
+                "client_keys": [str(node.client_keys[0])],
+                **node_keys,
+            }
+        ],
+    }
+
+
 def make_daemon(tmp_path: Path, since_us: int, node: SshNode) -> Daemon:
     return Daemon(local_config(tmp_path, since_us, node), publish_seconds=0.1, tick_seconds=0.1)
 
@@ -425,24 +453,14 @@ def test_daemon_killed_with_sigkill_mid_stream(fake: FakeServer, tmp_path: Path)
     fake.append(journal.items(12, since, since + 20 * MINUTE))
     later = journal.items(13, now + 10 * MINUTE, now + 40 * MINUTE)
     node = ssh_node(fake, tmp_path)
-    config = {
-        "since": iso(since),
-        "clock_allowance_seconds": AHEAD_ALLOWANCE_S,  # (`later` is ahead of the clock)
-        "nodes": [
-            {
-                "name": "a",
-                "source": "ssh",
-                "host": "127.0.0.1",
-                "port": fake.port,
-                "user": "root",
-                "unit": UNIT,
-                "known_hosts": str(node.known_hosts),
-                "client_keys": [str(node.client_keys[0])],
-                "keepalive_interval": 0.3,
-                "keepalive_count_max": 2,
-            }
-        ],
-    }
+    config = process_config(
+        fake,
+        node,
+        since,
+        keepalive_interval=0.3,
+        keepalive_count_max=2,
+        clock_allowance_seconds=AHEAD_ALLOWANCE_S,  # (`later` is ahead of the clock)
+    )
     with DaemonProcess(tmp_path / "daemon", config) as d:
         d.start()
         with Watch(lambda: d.url if d.serving is not None else None) as s:
@@ -607,22 +625,8 @@ def test_sigterm_while_the_node_stalls_stops_within_a_second(
     since = now - 40 * MINUTE
     fake.append(Journal().items(3, since, since + 20 * MINUTE))
     node = ssh_node(fake, tmp_path)
-    config = {
-        "since": iso(since),
-        "nodes": [
-            {
-                "name": "a",
-                "source": "ssh",
-                "host": "127.0.0.1",
-                "port": fake.port,
-                "user": "root",
-                "unit": UNIT,
-                "known_hosts": str(node.known_hosts),
-                "client_keys": [str(node.client_keys[0])],
-                "keepalive_interval": 30,  # (keepalive does not notice it in time)
-            }
-        ],
-    }
+    # (keepalive does not notice it in time)
+    config = process_config(fake, node, since, keepalive_interval=30)
     with DaemonProcess(tmp_path / "daemon", config) as d:
         d.start()
         wait_for(lambda: d.metrics().get(("smllm_source_up", (("node", "a"),))) == 1, 20, "up")
