@@ -338,8 +338,8 @@ class Accounting:
             if len(self._kind_of) >= KIND_OF_MAX:  # (bounded: it only saves a lookup)
                 self._kind_of.clear()
             kind = self._kind_of[tokens] = self.kinds.classify(tokens)
-        if slot is not None and task is not None and ns.in_flight:
-            ns.in_flight.pop((slot, task), None)
+        if slot is not None and task is not None and ns.in_flight:  # (its model's key if any)
+            ns.in_flight.pop((slot, task, model) if model else (slot, task), None)
         if count:
             duration_us = end_us - start_us
             c = ns.kinds[kind]
@@ -391,8 +391,6 @@ class Accounting:
 
     def _model(self, ns: NodeState, iv: Interval, count: bool) -> None:
         """A timed request of a model instance (router mode): its own figures too."""
-        if iv.slot is not None and iv.task is not None and ns.in_flight:
-            ns.in_flight.pop((iv.slot, iv.task, iv.model), None)
         if count:
             figures = ns.models.get(iv.model)
             if figures is None:

@@ -797,3 +797,16 @@ def test_a_model_name_that_is_no_text_is_made_one() -> None:
     (model,) = [m for _, m, _ in p.state()["instances"]]
     assert model.encode("utf-8") and model.startswith("m") and model.endswith("x")
 
+
+def test_a_model_instances_request_ends_only_its_own_launch() -> None:
+    """Slot and task ids of a router's instances collide with each other and with the router's
+    own: each end takes only its own launch out of flight."""
+    acc = Accounting(["n"], KINDS, origin_us=T0)
+    acc.add(Event("n", T0, EventKind.STARTED, PID, 0, 5))
+    acc.add(Event("n", T0, EventKind.STARTED, PID, 0, 5, model="tiny-a"))
+    acc.add(Event("n", T0, EventKind.STARTED, PID, 0, 5, model="tiny-b"))
+    acc.add(Interval("n", T0, T0 + SECOND, 10, slot=0, task=5, model="tiny-a"))
+    assert acc.snapshot().nodes[0].in_flight == 2
+    acc.add(Interval("n", T0, T0 + SECOND, slot=0, task=5, reason="untimed", model="tiny-b"))
+    acc.add(Interval("n", T0, T0 + SECOND, 10, slot=0, task=5))
+    assert acc.snapshot().nodes[0].in_flight == 0
