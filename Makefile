@@ -4,9 +4,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BASE   := $(VENV)/.base
-# Debian packages the tests start for real, and the C compiler for exporter/_speedups.c;
-# apt-installed when missing and run as root.
-DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev
+# Debian packages the tests start for real (chromium: the status page and the HTML report in a
+# headless browser), and the C compiler for exporter/_speedups.c; apt-installed when missing
+# and run as root.
+DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev chromium
 
 .PHONY: all venv deps test lint typecheck pytest run bench clean
 

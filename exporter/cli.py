@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from exporter import __version__, config, logs, preflight, report, sources
+from exporter import __version__, config, logs, preflight, report, sources, webconfig
 from exporter.kinds import Kinds, split_rules
 from exporter.logline import Batch
 from exporter.pipeline import tune_gc
@@ -103,6 +103,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ADDR",
         help="HOST:PORT or :PORT to serve on, instead of the config's listen",
     )
+    run.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        type=Path,
+        metavar="FILE",
+        help="exporter-toolkit web config (TLS, client certificates, basic auth, headers), "
+        "instead of the config's web_config_file; read again for every connection",
+    )
 
     check = sub.add_parser(
         "check-config",
@@ -120,6 +128,13 @@ def _parser() -> argparse.ArgumentParser:
         dest="config_option",
         metavar="FILE",
         help=f"default: {config.DEFAULT_PATH}",
+    )
+    check.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        type=Path,
+        metavar="FILE",
+        help="check this web config too (the config's web_config_file is checked anyway)",
     )
     check.add_argument(
         "--as-service",
@@ -211,7 +226,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="longest request expected (default: the config's, 600)",
     )
-    rp.add_argument("--format", choices=["text", "json"], default="text")
+    rp.add_argument(
+        "--format",
+        choices=["text", "json", "html"],
+        default="text",
+        help="text (the seed's tables), json, or html: one self-contained page with the "
+        "tables, the timeline and the charts (default: text)",
+    )
+    rp.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the report here (atomically) instead of to standard output",
+    )
     return ap
 
 
@@ -244,10 +271,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("give the config once: as FILE or as --config")
             return 2
         return _check_config(
-            args.file or args.config_option or config.DEFAULT_PATH, as_service=args.as_service
+            args.file or args.config_option or config.DEFAULT_PATH,
+            as_service=args.as_service,
+            web_config=args.web_config_file,
         )
     if args.command == "run":
-        return _run(args.config, args.listen)
+        return _run(args.config, args.listen, args.web_config_file)
     if args.command == "known-hosts":
         return _known_hosts(args.config, args.nodes)
     if args.command == "demo":
@@ -325,7 +354,7 @@ def _known_hosts(path: Path, names: list[str]) -> int:
     return 1 if problems else 0
 
 
-def _check_config(path: Path, *, as_service: bool = False) -> int:
+def _check_config(path: Path, *, as_service: bool = False, web_config: Path | None = None) -> int:
     cfg = _load(path, as_service=True)
     if cfg is None:
         return 1
@@ -335,26 +364,53 @@ def _check_config(path: Path, *, as_service: bool = False) -> int:
         log.error("%s: %d problem(s) with the paths it names:", path, len(found))
         for problem in found:
             log.error("%s", problem)
+    webs = dict.fromkeys(p for p in (cfg.web_config_file, web_config) if p is not None)
+    described = []
+    for web_path in webs:
+        try:
+            web = webconfig.load(web_path, lambda p: preflight.seen_here(p, as_service=as_service))
+        except config.ConfigError as e:
+            log.error("%s", e)
+            found.append(str(e))
+            continue
+        described.append(f"{web_path}: valid web config: {webconfig.describe(web)}")
+    if found:
         return 1
     print(f"{path}: valid, {len(cfg.nodes)} node(s)")
     for line in config.describe(cfg):
         print(f"  {line}")
+    for line in described:
+        print(line)
     return 0
 
 
-def _run(path: Path, listen: tuple[str, int] | None = None) -> int:
-    cfg = _load(path)
-    if cfg is None:
-        return 1
+def _with_options(
+    cfg: config.Config, listen: tuple[str, int] | None, web_config: Path | None
+) -> config.Config:
+    """The config with run's options over it; ConfigError when its web config is bad."""
     if listen is not None:
         cfg = dataclasses.replace(cfg, listen_host=listen[0], listen_port=listen[1])
+    if web_config is not None:
+        cfg = dataclasses.replace(cfg, web_config_file=web_config)
+    if cfg.web_config_file is not None:
+        webconfig.load(cfg.web_config_file)
+    return cfg
+
+
+def _run(path: Path, listen: tuple[str, int] | None = None, web_config: Path | None = None) -> int:
+    loaded = _load(path)
+    if loaded is None:
+        return 1
+    try:
+        cfg = _with_options(loaded, listen, web_config)
+    except config.ConfigError as e:
+        log.error("%s", e)
+        return 1
 
     def reloader() -> config.Config:
-        """The config re-read (SIGHUP), --listen still over its listen; ConfigError else."""
+        """The config re-read (SIGHUP), the options still over it; ConfigError else."""
         new = config.load(path, os.environ, available=sources.AVAILABLE)
-        if listen is not None:
-            new = dataclasses.replace(new, listen_host=listen[0], listen_port=listen[1])
-        return new
+        return _with_options(new, listen, web_config)
 
     from exporter import daemon  # (the report and the checks need none of it)
 
@@ -446,5 +502,33 @@ def _report(args: argparse.Namespace) -> int:
             len(nodes),
             ", ".join(failed),
         )
-    sys.stdout.write(report.render(r, args.format))
+    if args.format == "html":
+        from exporter import pages  # (the text and JSON need none of it)
+
+        text = pages.report_html(r)
+    else:
+        text = report.render(r, args.format)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        try:
+            _write_atomically(args.output, text)
+        except OSError as e:
+            log.error("cannot write %s: %s", args.output, e.strerror or e)
+            return 1
+        log.info("wrote %s (%d bytes)", args.output, len(text.encode()))
     return 1 if failed else 0
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """`text` at `path`, whole or not at all (a temporary file beside it, renamed over it)."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        temp.replace(path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import ipaddress
 import math
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -94,6 +96,7 @@ class Config:
     clock_allowance_seconds: int = CLOCK_ALLOWANCE_US // 1_000_000
     kinds: Kinds = field(default_factory=lambda: Kinds(DEFAULT_RULES))
     nodes: tuple[NodeConfig, ...] = ()
+    web_config_file: Path | None = None  # TLS and basic auth (webconfig.py); None: plain HTTP
 
     def since_us(self, now_us: int) -> int:
         """Where a node with no checkpoint starts reading."""
@@ -120,6 +123,7 @@ TOP_KEYS = {
     "clock_allowance_seconds",
     "kinds",
     "nodes",
+    "web_config_file",
 }
 NODE_KEYS = {
     "file": {"name", "source", "path"},
@@ -261,18 +265,38 @@ def load(
 ) -> Config:
     """Read and check `path`; ConfigError lists every problem found. `available`: the kinds of
     source the running program can follow (the others are problems too)."""
+    return parse(read_text(path), str(path), env, available)
+
+
+def read_text(path: Path) -> str:
+    """A config file's text, bounded (`check-config /dev/zero` ends too); ConfigError else."""
     try:
         with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)  # bounded: `check-config /dev/zero` ends too
+            raw = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise ConfigError(str(path), [f"{path}: cannot read: {e}"]) from None
     if len(raw) > MAX_BYTES:
         raise ConfigError(str(path), [f"{path}: over {MAX_BYTES:,} bytes: not a config"])
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(str(path), [f"{path}: cannot read: {e}"]) from None
-    return parse(text, str(path), env, available)
+
+
+MAX_SECRET_FILE = 1 << 20  # a key, a known_hosts, a password: anything bigger is none
+
+
+def read_small_file(path: Path) -> bytes:
+    """A key, known_hosts or secret file's bytes: a regular file only (opened without
+    blocking: a FIFO there is refused, not waited on), at most MAX_SECRET_FILE."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(MAX_SECRET_FILE)
+    finally:
+        os.close(fd)
 
 
 def parse(
@@ -281,21 +305,33 @@ def parse(
     env: Mapping[str, str] = os.environ,
     available: frozenset[str] = ALL_SOURCES,
 ) -> Config:
+    data, checker = document(text, source, env, available)
+    config = checker.config(data)
+    if checker.problems:
+        raise ConfigError(source, checker.problems)
+    return config
+
+
+def document(
+    text: str,
+    source: str,
+    env: Mapping[str, str] = os.environ,
+    available: frozenset[str] = ALL_SOURCES,
+) -> tuple[Any, Checker]:
+    """A YAML file read as the config is (the config, the web config): its value, and a Checker
+    that holds its keys given twice already and places later problems at their lines.
+    ConfigError when it is no YAML (or too big)."""
     if len(text) > MAX_BYTES:
         raise ConfigError(source, [f"{source}: over {MAX_BYTES:,} characters: not a config"])
     try:
         node, data, duplicates = _compose_and_construct(text)
     except yaml.YAMLError as e:
         raise ConfigError(source, [_yaml_problem(e, text, source)]) from None
-    lines = _index_lines(node) if node is not None else {}
-    checker = _Checker(source, lines, env, available)
+    checker = Checker(source, _index_lines(node) if node is not None else {}, env, available)
     for path, first, second in duplicates:
         where = f"on line {first}" if first == second else f"on lines {first} and {second}"
         checker.problem(path, f"given twice, {where} (which one?)")
-    config = checker.config(data)
-    if checker.problems:
-        raise ConfigError(source, checker.problems)
-    return config
+    return data, checker
 
 
 def _compose_and_construct(
@@ -403,7 +439,7 @@ def _duplicates(root: yaml.Node) -> Iterator[tuple[str, int, int]]:
             todo.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
 
 
-class _Checker:
+class Checker:
     """Collects every problem instead of stopping at the first."""
 
     def __init__(
@@ -432,7 +468,7 @@ class _Checker:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            self.problem(path, f"must be a mapping, got {_show(value)}")
+            self.problem(path, f"must be a mapping, got {show(value)}")
             return {}
         for key in value:
             sub = f"{path}.{key}" if path else str(key)
@@ -452,7 +488,7 @@ class _Checker:
                 shown = f"{path}.(a key)" if path else "(a key)"
                 self.problem(sub, f"unknown key, not shown as it may hold a secret{hint}", shown)
                 continue
-            self.problem(sub, f"unknown key {_show(key)}{hint}")
+            self.problem(sub, f"unknown key {show(key)}{hint}")
         return value
 
     def get(
@@ -471,7 +507,7 @@ class _Checker:
             return kind(d[key])
         except (TypeError, ValueError, OverflowError) as e:
             secret = key in _MAY_HOLD_A_SECRET
-            shown = "" if secret else f", got {_show(d[key])}"
+            shown = "" if secret else f", got {show(d[key])}"
             self.problem(sub, f"{what}{shown}{_reason(e, secret)}")
             return default
 
@@ -543,11 +579,14 @@ class _Checker:
             ),
             kinds=self.kinds(top.get("kinds")) if "kinds" in top else d.kinds,
             nodes=self.nodes(top.get("nodes"), unit),
+            web_config_file=self.get(
+                top, "web_config_file", "", self._path, None, "must be a path"
+            ),
         )
 
     def kinds(self, value: Any) -> Kinds:
         if not isinstance(value, list) or not value:
-            self.problem("kinds", f"must be a non-empty list of rules, got {_show(value)}")
+            self.problem("kinds", f"must be a non-empty list of rules, got {show(value)}")
             return Kinds(DEFAULT_RULES)
         rules: list[KindRule] = []
         names: set[str] = set()
@@ -580,7 +619,7 @@ class _Checker:
 
     def nodes(self, value: Any, unit: str) -> tuple[NodeConfig, ...]:
         if not isinstance(value, list) or not value:
-            self.problem("nodes", f"must be a non-empty list of nodes, got {_show(value)}")
+            self.problem("nodes", f"must be a non-empty list of nodes, got {show(value)}")
             return ()
         out: list[NodeConfig] = []
         names: set[str] = set()
@@ -592,7 +631,7 @@ class _Checker:
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 self.problem(
                     f"{path}.source",
-                    f"must be one of file, journal, ssh, got {_show(source)}{hint}",
+                    f"must be one of file, journal, ssh, got {show(source)}{hint}",
                 )
                 continue
             if source not in self.available:
@@ -726,7 +765,7 @@ class _Checker:
 
 # Keys whose bad value may be a secret pasted by mistake (a password, key material): never
 # echoed in a problem (the problem still names the key, its line and what it must be), nor
-# shown inside a value that holds them (`_show`).
+# shown inside a value that holds them (`show`).
 _MAY_HOLD_A_SECRET = frozenset(
     {"password_env", "password_file", "passphrase_env", "passphrase_file", "client_keys"}
 )
@@ -783,7 +822,7 @@ def _key_shown(key: object) -> bool:
 
 
 class _Shown(str):
-    """A piece of `_show`'s text, as opposed to a value still to be shown."""
+    """A piece of `show`'s text, as opposed to a value still to be shown."""
 
 
 def _printable(text: str) -> str:
@@ -792,7 +831,7 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _show(value: Any, limit: int = 60) -> str:
+def show(value: Any, limit: int = 60) -> str:
     """`repr(value)` cut to `limit` characters, but with the values of keys that may hold a secret
     (at any depth) as <not shown>. Built piece by piece, without recursion: a deep or huge value
     costs what is shown."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import logging
 import random
@@ -25,20 +26,23 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from exporter import __version__, changes, sources
+from exporter import __version__, changes, pages, sources
 from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
 from exporter.checkpoint import Checkpoint, CheckpointError, StateLock
 from exporter.collector import Published, Renderer
 from exporter.config import Config, NodeConfig
-from exporter.http import HttpServer, Pages, fd_budget
-from exporter.logline import Batch, Event, EventKind, Record
+from exporter.http import HttpServer, Page, Pages, fd_budget
+from exporter.logline import Batch, Event, EventKind, Interval, Record
 from exporter.notify import Notifier
 from exporter.parse import Parser
 from exporter.pipeline import apply_batch, tune_gc
 from exporter.sources import Source
+from exporter.timeline import Recent
 from exporter.times import iso
 
 log = logging.getLogger(__name__)
+# when, each node's recent intervals, each node's requests in flight (their starts)
+_ViewParts = tuple[int, dict[str, tuple[Interval, ...]], dict[str, tuple[int, ...]]]
 
 QUEUE_SIZE = 64
 TURN_BUDGET_S = 0.2  # batches applied per ingest turn, at most this long
@@ -74,17 +78,14 @@ class Daemon:
         self.tick_seconds = tick_seconds
         self.renderer = Renderer(version)
         self.pages = Pages(ready=self._ready)
-        self.server = HttpServer(
-            self.pages,
-            config.listen_host,
-            config.listen_port,
-            max_connections=config.http_max_connections,
-        )
+        self.version = version
+        self.server = self._server(config.listen_host, config.listen_port)
         self.checkpoint = Checkpoint(config.state_dir, clock=clock)
         self.lock = StateLock(config.state_dir)
         self.checkpoint_errors = 0
         self.since_us = config.since_us(self._now_us())
         names = [n.name for n in config.nodes]
+        self.recent = Recent(names)  # each node's latest intervals, for the status page
         self.acc = self._fresh_accounting()
         self.parsers = {n: self._parser(n) for n in names}
         self.positions: dict[str, str] = dict.fromkeys(names, "")
@@ -117,6 +118,16 @@ class Daemon:
 
     def _now_us(self) -> int:
         return int(self.clock() * SECOND)
+
+    def _server(self, host: str, port: int) -> HttpServer:
+        c = self.config
+        return HttpServer(
+            self.pages,
+            host,
+            port,
+            max_connections=c.http_max_connections,
+            web_config=c.web_config_file,
+        )
 
     def _parser(self, node: str, state: dict[str, Any] | None = None) -> Parser:
         """A node's parser (from its checkpointed state), as the config says."""
@@ -309,6 +320,7 @@ class Daemon:
         restarts, errors, aborted = ns.restarts, ns.parse_errors, ns.aborted
         skewed = ns.clock_skew_us > 0
         recs = apply_batch(batch, self.parsers[node], self.acc, now_us)
+        self.recent.add_all(recs)
         if (ns.clock_skew_us > 0) != skewed:  # once per episode, at its start and its end
             if skewed:
                 log.info("node %s: its journal times are in line with this clock again", node)
@@ -393,8 +405,9 @@ class Daemon:
                 log.info("reload: %s", line)
             if {"listen_host", "listen_port"} & set(diff.settings):
                 tg.create_task(self._rebind(), name="rebind")
-            elif "http_max_connections" in diff.settings:  # (from the next connection on)
+            else:  # (from the next connection on)
                 self.server.max_connections = min(new.http_max_connections, fd_budget())
+                self.server.web_config = new.web_config_file
         finally:
             if self._ready():
                 self.notifier.reloaded(self.status())
@@ -413,6 +426,7 @@ class Daemon:
                 ns.up, ns.caught_up, ns.down_since_us = was.up, was.caught_up, was.down_since_us
                 ns.lag_us, ns.clock_skew_us = was.lag_us, was.clock_skew_us
         self.acc = acc
+        self.recent.keep(acc.nodes)
         for note in notes:
             log.info("reload: %s", note)
         for name in diff.removed:
@@ -467,7 +481,7 @@ class Daemon:
                 return
             await old.close()
             for host, port in ((c.listen_host, c.listen_port), (old.host, old.port)):
-                server = HttpServer(self.pages, host, port, max_connections=c.http_max_connections)
+                server = self._server(host, port)
                 try:
                     self.address = await server.start()
                 except OSError as e:
@@ -488,6 +502,7 @@ class Daemon:
                 ns = self.acc.nodes[node]
                 aborted = ns.aborted
                 self.acc.add_all(recs)
+                self.recent.add_all(recs)
                 if ns.aborted != aborted:
                     self._log_events(node, recs, ns.aborted - aborted)
         self.acc.advance(now_us)
@@ -533,7 +548,7 @@ class Daemon:
 
     async def _checkpoint_then_publish(self) -> None:
         """Scrapes only ever see values a checkpoint holds: write it, then publish them."""
-        snapshot, state = self.acc.snapshot(), self._state_values()
+        snapshot, state, view = self.acc.snapshot(), self._state_values(), self._view_parts()
         try:
             await asyncio.to_thread(self._write, state, next(self._taken))
         except OSError as e:
@@ -547,14 +562,14 @@ class Daemon:
                     self.publish_seconds,
                 )
             self._failing = True
-            await self._publish()  # the same values, with the error counted
+            await self._publish(view)  # the same values, with the error counted
             self._notify()
             return
         if self._failing:
             log.info("checkpoint %s written again", self.checkpoint.path)
             self._failing = False
         self._served = snapshot
-        await self._publish()
+        await self._publish(view)
         self._notify()
 
     def _notify(self) -> None:
@@ -573,18 +588,38 @@ class Daemon:
             f"{requests} requests, accounted until {iso(snap.watermark_us)}"
         )
 
-    def publish(self) -> None:
+    def publish(self, view: _ViewParts | None = None) -> None:
         """Publish the last checkpointed snapshot: scrapes show it (rendered when the first of
-        them asks) until the next."""
+        them asks) until the next, and the status pages with it (with the recent intervals and
+        requests in flight as of that snapshot: `view`)."""
         self.pages.metrics = Published(
             self.renderer, self._served, self.checkpoint_errors, self.pages.metrics
         )
+        now_us, recent, in_flight = view if view is not None else self._view_parts()
+        status = pages.StatusView(
+            now_us=now_us,
+            snapshot=self._served,
+            kinds=self.config.kinds,
+            recent=recent,
+            in_flight=in_flight,
+            errors=dict(self._down_reason),
+            version=self.version,
+        )
+        self.pages.status = Page(
+            functools.partial(pages.status_html, status), "text/html; charset=utf-8"
+        )
+        self.pages.api = Page(functools.partial(pages.status_json, status), "application/json")
 
-    async def _publish(self) -> None:
+    def _view_parts(self) -> _ViewParts:
+        """What the status pages show besides the snapshot, taken with it."""
+        in_flight = {n: tuple(ns.in_flight.values()) for n, ns in self.acc.nodes.items()}
+        return self._now_us(), self.recent.copy(), in_flight
+
+    async def _publish(self, view: _ViewParts | None = None) -> None:
         """`publish`; and if the last one was scraped, whoever scrapes that often finds this one
         rendered already (in a worker thread: scrapes are answered meanwhile)."""
         previous = self.pages.metrics
-        self.publish()
+        self.publish(view)
         published = self.pages.metrics
         if previous is not None and published is not None and previous.scraped is not None:
             await asyncio.to_thread(published.prepare_like, previous)

@@ -44,12 +44,17 @@ import re
 import resource
 import select
 import socket
+import ssl
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from pathlib import Path
+from typing import Any, cast
 
+from exporter import webconfig
 from exporter.collector import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Published
+from exporter.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,7 @@ FD_RESERVE = 64
 HEAD_S, WRITE_S, IDLE_S = 5.0, 10.0, 30.0
 REQUESTS_PER_CONNECTION = 1000
 LOG_EVERY_S = 10.0
+REFUSALS_LOG_EVERY_S = 60.0  # refused credentials and certificates: logged at most this often
 LISTEN_BACKLOG = 4096  # (the kernel caps it at net.core.somaxconn)
 ACCEPT_BATCH = 16  # a turn of the event loop, a listening socket
 DEFER_ACCEPT_S = 1
@@ -70,15 +76,19 @@ _OUT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
     503: "Service Unavailable",
 }
-_INDEX = (
-    b"<!doctype html><title>sm-llm-exporter</title><h1>sm-llm-exporter</h1>"
-    b'<p><a href="/metrics">/metrics</a> <a href="/-/healthy">/-/healthy</a> '
-    b'<a href="/-/ready">/-/ready</a></p>\n'
+# What Go's net/http answers plain HTTP sent to its TLS port with (before closing it).
+PLAIN_TO_TLS = (
+    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+    b"Client sent an HTTP request to an HTTPS server.\n"
 )
+_TLS_HANDSHAKE = 0x16  # the first byte of a TLS record carrying a ClientHello
 # A connection's phase: waiting for a request head, idle between requests, stalled on its
 # answer (the client does not take it), being answered (never cut).
 _HEAD, _IDLE, _WRITE, _ANSWER = range(4)
@@ -91,21 +101,39 @@ _QVALUE = re.compile(rb"0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?")
 _Answer = tuple[int, str, bytes, list[str]]  # status, content type, body, more header lines
 
 
+class Page:
+    """A page made from one snapshot: made when first asked for (in a worker thread), served
+    from memory after."""
+
+    def __init__(self, make: Callable[[], bytes], content_type: str) -> None:
+        self.make, self.content_type = make, content_type
+        self.body: bytes | None = None
+        self._lock = threading.Lock()
+
+    def made(self) -> bytes:
+        with self._lock:
+            if self.body is None:
+                self.body = self.make()
+            return self.body
+
+
 @dataclass
 class Pages:
-    """What the server shows; the daemon swaps `metrics` in and sets `ready`."""
+    """What the server shows; the daemon swaps `metrics`, `status` and `api` in, and sets
+    `ready`."""
 
     metrics: Published | None = None
+    status: Page | None = None  # / (HTML)
+    api: Page | None = None  # /api/status (JSON)
     ready: Callable[[], bool] = lambda: False
 
 
 @dataclass(frozen=True)
 class _Render:
-    """/metrics whose body is not made yet: made in a worker thread, then answered."""
+    """An answer whose body is not made yet: made in a worker thread, then answered."""
 
-    published: Published
-    gzipped: bool
-    openmetrics: bool = False
+    make: Callable[[], bytes]
+    answer: Callable[[bytes], _Answer]
 
 
 @dataclass
@@ -114,13 +142,14 @@ class _Tally:
 
     what: str
     clock: Callable[[], float]
+    every_s: float = LOG_EVERY_S
     count: int = 0
     logged_at: float | None = None
 
     def add(self, detail: str = "") -> None:
         self.count += 1
         now = self.clock()
-        if self.logged_at is None or now - self.logged_at >= LOG_EVERY_S:
+        if self.logged_at is None or now - self.logged_at >= self.every_s:
             suffix = f" ({detail})" if detail else ""
             log.warning("http: %s: %d since the last such line%s", self.what, self.count, suffix)
             self.count, self.logged_at = 0, now
@@ -149,9 +178,14 @@ class HttpServer:
         head_seconds: float = HEAD_S,
         write_seconds: float = WRITE_S,
         idle_seconds: float = IDLE_S,
+        web_config: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pages = pages
+        self.web: webconfig.Watched | None = None
+        self.web_config = web_config  # (the setter: watched from here on)
+        self.auth = webconfig.Auth()
+        self.rate = webconfig.RateLimit(clock)
         self.host, self.port = host, port
         self.max_connections = max_connections
         self.head_seconds, self.write_seconds = head_seconds, write_seconds
@@ -168,6 +202,42 @@ class HttpServer:
         self._all_gone: asyncio.Future[None] | None = None
         self._shed = _Tally("connections cut at the connection cap", clock)
         self._accept_errors = _Tally("cannot accept a connection", clock)
+        self._refused = _Tally(
+            "requests refused (401: no, unknown or wrong credentials)", clock, REFUSALS_LOG_EVERY_S
+        )
+        self._peers_refused = _Tally(
+            "TLS clients refused (certificate not allowed)", clock, REFUSALS_LOG_EVERY_S
+        )
+        self._plain_to_tls = _Tally(
+            "plain HTTP sent to the TLS port (answered 400)", clock, REFUSALS_LOG_EVERY_S
+        )
+        self._handshakes_failed = _Tally("TLS handshakes failed", clock, REFUSALS_LOG_EVERY_S)
+        self._served_tls = False  # the last connection accepted was TLS
+        self._web_errors = _Tally(
+            "the web config cannot be used: refusing", clock, REFUSALS_LOG_EVERY_S
+        )
+
+    @property
+    def web_config(self) -> Path | None:
+        """The exporter-toolkit web config (webconfig.py) read for every connection and request;
+        None: plain HTTP, no auth."""
+        return None if self.web is None else self.web.path
+
+    @web_config.setter
+    def web_config(self, path: Path | None) -> None:
+        if path != self.web_config:
+            self.web = None if path is None else webconfig.Watched(path)
+
+    def current_web(self) -> tuple[webconfig.WebConfig, ssl.SSLContext | None] | None:
+        """The web config as of now (None: there is none); ConfigError while it is bad (logged
+        at most once a minute: connections and requests are refused meanwhile)."""
+        if self.web is None:
+            return None
+        try:
+            return self.web.current()
+        except ConfigError as e:
+            self._web_errors.add("; ".join(e.problems)[:500])
+            raise
 
     @property
     def connections(self) -> int:
@@ -192,9 +262,11 @@ class HttpServer:
         self.max_connections = min(self.max_connections, fd_budget())
         self._loop = asyncio.get_running_loop()
         self._listeners = await _listen(self._loop, self.host, self.port)
+        web = self.web.current() if self.web is not None else None  # (checked at start)
+        scheme = "https" if web is not None and web[1] is not None else "http"
         for sock in self._listeners:
             self._loop.add_reader(sock.fileno(), self._accept, sock)
-            log.info("listening on %s", metrics_url(sock.getsockname()))
+            log.info("listening on %s", metrics_url(sock.getsockname(), scheme))
         name = self._listeners[0].getsockname()
         self.port = int(name[1])
         return str(name[0]), int(name[1])
@@ -216,6 +288,14 @@ class HttpServer:
             conn.cut()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._all_gone), 2)
+
+    def unauthorized(self, transport: asyncio.Transport | None) -> None:
+        """A 401: counted, logged at most once a minute (with the last client's address)."""
+        peer = None if transport is None else transport.get_extra_info("peername")
+        self._refused.add(f"the last from {_address(peer)}")
+
+    def peer_refused(self, peer: object) -> None:
+        self._peers_refused.add(f"the last from {_address(peer)}")
 
     # -- accepting -----------------------------------------------------------------------------
 
@@ -252,15 +332,43 @@ class HttpServer:
         if first == b"":  # closed before sending a byte: nothing to answer
             sock.close()
             return
-        whole = first is not None and _HEAD_END.search(first) is not None
+        try:
+            web = self.current_web()
+        except ConfigError:  # served TLS: no handshake can be made; else a 500 per request
+            if self._served_tls:
+                sock.close()
+                return
+            web = None
+        tls = None if web is None else web[1]
+        self._served_tls = tls is not None
+        if tls is None:
+            whole = first is not None and _HEAD_END.search(first) is not None
+        elif first is not None and first[0] != _TLS_HANDSHAKE:
+            self._plain_to_tls.add()
+            with contextlib.suppress(OSError):  # (read, so that closing sends FIN, not RST)
+                sock.recv(MAX_HEAD)
+                sock.send(PLAIN_TO_TLS)
+                sock.shutdown(socket.SHUT_WR)
+            sock.close()
+            return
+        else:  # a whole TLS record: a ClientHello sent at once, as a scraper sends it
+            whole = first is not None and len(first) >= 5 + int.from_bytes(first[3:5], "big")
         if len(self._open) >= self.max_connections and not (whole and self._room()):
             self._shed.add(f"cap {self.max_connections}")
             sock.close()
             return
-        conn = _Connection(self, whole)
+        conn = _Connection(self, whole, None if web is None or tls is None else web[0].tls)
         self._open.add(conn)
         self._enter(conn, _HEAD)
-        connecting = self.loop.create_task(self.loop.connect_accepted_socket(lambda: conn, sock))
+        connecting = self.loop.create_task(
+            self.loop.connect_accepted_socket(
+                lambda: conn,
+                sock,
+                ssl=tls,
+                ssl_handshake_timeout=self.head_seconds if tls is not None else None,
+                ssl_shutdown_timeout=self.write_seconds if tls is not None else None,
+            )
+        )
         connecting.add_done_callback(functools.partial(self._connected, conn, sock))
 
     def _connected(
@@ -269,7 +377,13 @@ class HttpServer:
         sock: socket.socket,
         task: asyncio.Task[tuple[asyncio.Transport, _Connection]],
     ) -> None:
-        if task.cancelled() or task.exception() is not None:  # (the socket was gone already)
+        error = None if task.cancelled() else task.exception()
+        if task.cancelled() or error is not None:  # (the socket was gone already)
+            if isinstance(error, (ssl.SSLError, TimeoutError)) and not conn.gone:
+                # a refused handshake (no client certificate, one from another CA, a protocol
+                # or cipher not allowed) or none in time: logged as Go's server logs it
+                why = getattr(error, "reason", None) or type(error).__name__
+                self._handshakes_failed.add(f"the last: {why}")
             sock.close()
             self._lost(conn)
 
@@ -360,9 +474,10 @@ class HttpServer:
             gzipped = accepts_gzip(_header(header_text, b"accept-encoding"))
             openmetrics = wants_openmetrics(_header(header_text, b"accept"))
             body = published.ready(gzipped, openmetrics)
+            answer = functools.partial(_metrics, gzipped=gzipped, openmetrics=openmetrics)
             if body is None:
-                return _Render(published, gzipped, openmetrics)
-            return _metrics(body, gzipped, openmetrics)
+                return _Render(functools.partial(published.body, gzipped, openmetrics), answer)
+            return answer(body)
         if target == b"/-/healthy":
             return 200, "text/plain", b"OK\n", []
         if target == b"/-/ready":
@@ -370,8 +485,27 @@ class HttpServer:
                 return 200, "text/plain", b"ready\n", []
             return 503, "text/plain", b"not ready: sources starting\n", []
         if target == b"/":
-            return 200, "text/html; charset=utf-8", _INDEX, []
+            return _page(self.pages.status)
+        if target == b"/api/status":
+            return _page(self.pages.api)
         return 404, "text/plain", b"not found\n", []
+
+
+def _page(page: Page | None) -> _Answer | _Render:
+    if page is None:
+        return 503, "text/plain", b"no snapshot yet\n", []
+    ctype = page.content_type
+    if page.body is not None:
+        return 200, ctype, page.body, []
+    return _Render(page.made, lambda body: (200, ctype, body, []))
+
+
+UNAUTHORIZED: _Answer = (
+    401,
+    "text/plain; charset=utf-8",
+    b"Unauthorized\n",
+    ["WWW-Authenticate: Basic"],
+)
 
 
 def _metrics(body: bytes, gzipped: bool, openmetrics: bool) -> _Answer:
@@ -382,8 +516,10 @@ def _metrics(body: bytes, gzipped: bool, openmetrics: bool) -> _Answer:
 class _Connection(asyncio.Protocol):
     """One client: its request heads answered in turn, each phase under its deadline."""
 
-    def __init__(self, server: HttpServer, whole: bool) -> None:
+    def __init__(self, server: HttpServer, whole: bool, tls: webconfig.Tls | None = None) -> None:
         self.server = server
+        self.tls = tls  # the TLS settings it was accepted with (None: plain HTTP)
+        self.extra: list[str] = []  # header lines the web config adds to its answers
         self.transport: asyncio.Transport | None = None
         self.whole = whole  # its whole first head came with it: not cut before it is answered
         self.phase, self.since = _ANSWER, 0.0  # (the server enters it in _HEAD)
@@ -394,7 +530,7 @@ class _Connection(asyncio.Protocol):
         self.eof = False  # the client sends no more
         self.writing_paused = self.reading_paused = False
         self.gone = False  # cut or lost: its descriptor is closed (or about to be)
-        self.rendering: asyncio.Future[bytes] | None = None
+        self.rendering: asyncio.Future[Any] | None = None  # a body made, a password checked
         self.unsent = memoryview(b"")  # of the answer under way, what the transport has not had
 
     def cut(self) -> None:
@@ -414,8 +550,23 @@ class _Connection(asyncio.Protocol):
             self.gone = True
             self.transport.abort()
             return
-        # paused whenever the kernel does not take all it is handed: see _pump
-        self.transport.set_write_buffer_limits(high=0)
+        tls = self.tls
+        if tls is not None:  # its ClientHello came whole; whether its request head will is open
+            self.whole = False
+        if tls is not None and not webconfig.allowed_peer(
+            tls, self.transport.get_extra_info("peercert")
+        ):
+            self.server.peer_refused(self.transport.get_extra_info("peername"))
+            self.gone = True
+            self.transport.abort()
+            return
+        # paused whenever the kernel does not take all it is handed: see _pump. Over TLS, when
+        # the encrypted bytes back up (the socket's transport, below, holds up to its own high
+        # water, 64 KiB): at high=0 asyncio's SSL transport pauses at once and never resumes.
+        if tls is None:
+            self.transport.set_write_buffer_limits(high=0)
+        else:
+            self.transport.set_write_buffer_limits(high=1, low=0)
 
     def data_received(self, data: bytes) -> None:
         if self.gone:
@@ -431,7 +582,9 @@ class _Connection(asyncio.Protocol):
         self.eof = True
         if self.phase in (_HEAD, _IDLE):
             self._next()
-        return True  # the transport stays open for the answer; it is closed after
+        # the transport stays open for the answer, closed after; over TLS it cannot (asyncio's
+        # SSL transport closes on the client's close_notify, and warns if asked not to)
+        return self.tls is None
 
     def pause_writing(self) -> None:
         self.writing_paused = True
@@ -470,28 +623,70 @@ class _Connection(asyncio.Protocol):
         self.whole = False
         self.method = head.split(b" ", 1)[0]
         self.keep = _keep_alive(head) and self.served < REQUESTS_PER_CONNECTION
+        self.extra = []
+        try:
+            web = self.server.current_web()
+        except ConfigError:
+            self._send((500, "text/plain", b"the web config cannot be used: see the log\n", []))
+            return
+        if web is not None:
+            config = web[0]
+            self.extra = [f"{name}: {value}" for name, value in config.headers]
+            if not self.server.rate.allow(config):
+                self._send((429, "text/plain", b"too many requests\n", []))
+                return
+            if config.users:
+                authorization = _header(head.partition(b"\r\n")[2], b"authorization", False)
+                given = webconfig.credentials(authorization)
+                if given is None:
+                    self._unauthorized()
+                    return
+                verdict = self.server.auth.cached(config.users, *given)
+                if verdict is None:  # bcrypt, in a worker thread
+                    self.server._enter(self, _ANSWER)
+                    self.rendering = asyncio.ensure_future(
+                        asyncio.to_thread(self.server.auth.check, config.users, *given)
+                    )
+                    self.rendering.add_done_callback(functools.partial(self._checked, head))
+                    return
+                if not verdict:
+                    self._unauthorized()
+                    return
+        self._route(head)
+
+    def _unauthorized(self) -> None:
+        self.server.unauthorized(self.transport)
+        self._send(UNAUTHORIZED)
+
+    def _checked(self, head: bytes, checking: asyncio.Future[bool]) -> None:
+        self.rendering = None
+        if self.gone or checking.cancelled():
+            return
+        if checking.exception() is not None or not checking.result():
+            self._unauthorized()
+        else:
+            self._route(head)
+        self._next()
+
+    def _route(self, head: bytes) -> None:
         answer = self.server.route(head)
         if not isinstance(answer, _Render):
             self._send(answer)
             return
         self.server._enter(self, _ANSWER)
-        self.rendering = asyncio.ensure_future(
-            asyncio.to_thread(answer.published.body, answer.gzipped, answer.openmetrics)
-        )
-        self.rendering.add_done_callback(
-            functools.partial(self._rendered, answer.gzipped, answer.openmetrics)
-        )
+        self.rendering = asyncio.ensure_future(asyncio.to_thread(answer.make))
+        self.rendering.add_done_callback(functools.partial(self._rendered, answer))
 
-    def _rendered(self, gzipped: bool, openmetrics: bool, rendering: asyncio.Future[bytes]) -> None:
+    def _rendered(self, render: _Render, rendering: asyncio.Future[bytes]) -> None:
         self.rendering = None
         if self.gone or rendering.cancelled():
             return
         error = rendering.exception()
         if error is not None:
-            log.error("http: cannot render /metrics", exc_info=error)
+            log.error("http: cannot render a page", exc_info=error)
             self.cut()
             return
-        self._send(_metrics(rendering.result(), gzipped, openmetrics))
+        self._send(render.answer(rendering.result()))
         self._next()
 
     def _send(self, answer: _Answer) -> None:
@@ -505,6 +700,7 @@ class _Connection(asyncio.Protocol):
             f"Content-Length: {len(body)}",
             "Connection: keep-alive" if keep else "Connection: close",
             *extra,
+            *self.extra,
         ]
         self.keep = keep
         head_bytes = ("\r\n".join(head) + "\r\n\r\n").encode()
@@ -581,13 +777,19 @@ async def _listen(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list
     return socks
 
 
-def metrics_url(address: tuple[object, ...]) -> str:
+def metrics_url(address: tuple[object, ...], scheme: str = "http") -> str:
     """/metrics's URL on a bound socket's address: http://127.0.0.1:10027/metrics,
-    http://[::1]:10027/metrics."""
+    http://[::1]:10027/metrics (https:// with TLS)."""
     host, port = str(address[0]), int(cast(int, address[1]))
     if ":" in host:
         host = f"[{host.replace('%', '%25')}]"  # (a zone: RFC 6874)
-    return f"http://{host}:{port}/metrics"
+    return f"{scheme}://{host}:{port}/metrics"
+
+
+def _address(peer: object) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return "an unknown address"
 
 
 def _sent_more(conn: _Connection) -> bool:
@@ -601,11 +803,11 @@ def _sent_more(conn: _Connection) -> bool:
     return bool(events) and not events[0][1] & _HUNG_UP
 
 
-def _header(text: bytes, name: bytes) -> bytes:
+def _header(text: bytes, name: bytes, lower: bool = True) -> bytes:
     for line in text.split(b"\r\n"):
         key, _, value = line.partition(b":")
         if key.strip().lower() == name:
-            return value.strip().lower()
+            return value.strip().lower() if lower else value.strip()
     return b""
 
 

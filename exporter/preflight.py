@@ -26,7 +26,11 @@ from exporter.config import Config, FileNode, JournalNode, SshNode
 
 # What the unit (deploy/sm-llm-exporter.service) hands over and makes.
 SERVICE_CREDENTIALS = Path("/run/credentials/sm-llm-exporter.service")
-SSH_CREDENTIALS = ("ssh_", Path("/etc/sm-llm-exporter/ssh"))
+# LoadCredential=ssh:/etc/sm-llm-exporter/ssh (and tls:...): every file there as ssh_FILE
+CREDENTIAL_DIRECTORIES = (
+    ("ssh_", Path("/etc/sm-llm-exporter/ssh")),
+    ("tls_", Path("/etc/sm-llm-exporter/tls")),
+)
 SERVICE_STATE_DIR = Path("/var/lib/sm-llm-exporter")
 SERVICE_GROUPS = ("systemd-journal",)
 
@@ -70,6 +74,10 @@ def named_paths(cfg: Config) -> Iterator[Named]:
                 yield Named(f"{at}.client_keys[{j}]", key)
             if n.password_file is not None:
                 yield Named(f"{at}.password_file", n.password_file)
+            if n.passphrase_file is not None:
+                yield Named(f"{at}.passphrase_file", n.passphrase_file)
+    if cfg.web_config_file is not None:
+        yield Named("web_config_file", cfg.web_config_file)
 
 
 def problems(
@@ -119,10 +127,8 @@ def _path_problem(named: Named, as_service: bool, credentials: Path) -> str:
     if path.is_relative_to(credentials) and (as_service or not credentials.exists()):
         given = _credential_source(path.relative_to(credentials))
         if given is None:
-            return (
-                f"{path} is not a credential the unit hands over (ssh_FILE for a file of "
-                f"{SSH_CREDENTIALS[1]})"
-            )
+            kinds = " or ".join(f"{p}FILE for a file of {d}" for p, d in CREDENTIAL_DIRECTORIES)
+            return f"{path} is not a credential the unit hands over ({kinds})"
         if not os.path.lexists(given):
             return f"{path} comes from {given}, which does not exist"
         if not stat.S_ISREG(given.lstat().st_mode):  # (LoadCredential= hands over files only)
@@ -147,10 +153,22 @@ def _path_problem(named: Named, as_service: bool, credentials: Path) -> str:
 
 def _credential_source(name: Path) -> Path | None:
     text = str(name)
-    prefix, directory = SSH_CREDENTIALS
-    if text.startswith(prefix) and "/" not in text and len(text) > len(prefix):
-        return directory / text[len(prefix) :]
+    for prefix, directory in CREDENTIAL_DIRECTORIES:
+        if text.startswith(prefix) and "/" not in text and len(text) > len(prefix):
+            return directory / text[len(prefix) :]
     return None
+
+
+def seen_here(
+    path: Path, *, as_service: bool = False, credentials: Path = SERVICE_CREDENTIALS
+) -> Path:
+    """The file to read here for a path the service reads: a credential's source (when checked
+    as the service, or where its credentials directory is not), else the path itself."""
+    if path.is_relative_to(credentials) and (as_service or not credentials.exists()):
+        given = _credential_source(path.relative_to(credentials))
+        if given is not None:
+            return given
+    return path
 
 
 def _blocked_for_others(path: Path, directory: bool) -> str:

@@ -3,7 +3,9 @@
 Pure: it reads nothing itself (the sources' `window` readers hand it Batches). Requests count by
 their end in [since, until], as the seed counts them. Busy, concurrency and mix seconds come from
 every interval that overlaps the window, clipped to it, exactly. Parse errors are the lines that
-looked like timing lines but did not parse, counted as the daemon counts them.
+looked like timing lines but did not parse, counted as the daemon counts them. The window's
+timeline (`timeline.Window`: its intervals, or bins of them, for the HTML report) takes the
+same intervals: those counted, and those that only reach into the window from before its end.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from exporter.accounting import SECOND, Accounting, Snapshot
 from exporter.kinds import Kinds
 from exporter.logline import REASONS, Batch, Event, EventKind, Interval, Record
 from exporter.parse import DEFAULT_SLOTS, Parser
+from exporter.timeline import Window
 
 # Column labels the seed prints for its two kinds.
 _SEED_LABELS = {"extraction": "extract", "reconcile": "reconcile"}
@@ -29,6 +32,8 @@ class Report:
     since_us: int
     until_us: int
     snapshot: Snapshot
+    kinds: Kinds
+    timeline: Window  # what the window draws (the HTML report)
     durations_us: dict[str, list[int]] = field(default_factory=dict)  # kind -> counted requests
     errors: dict[str, list[str]] = field(default_factory=dict)  # node -> the first few, named
 
@@ -60,6 +65,7 @@ class Builder:
         self.parsers = {n: Parser(n, slots=slots, gone_us=max_request_us) for n in nodes}
         self._counted: list[tuple[int | None, int]] = []  # (tokens, duration) of each counted
         self.errors: dict[str, list[str]] = {n: [] for n in nodes}
+        self.timeline = Window(nodes, since_us, until_us)
 
     def add(self, batch: Batch) -> None:
         node = batch.node
@@ -78,11 +84,15 @@ class Builder:
             if into is None:
                 into = kind_of[tokens] = durations[self.kinds.classify(tokens)]
             into.append(duration_us)
-        return Report(self.since_us, self.until_us, self.acc.snapshot(), durations, self.errors)
+        snap = self.acc.snapshot()
+        return Report(
+            self.since_us, self.until_us, snap, self.kinds, self.timeline, durations, self.errors
+        )
 
     def _add_all(self, recs: list[Record]) -> None:
         """The records, in order: those in the window (nearly all) in runs through the
-        accounting's batch path, the rest one by one."""
+        accounting's batch path, the rest one by one; the timeline takes those it draws."""
+        self.timeline.add_all(recs)
         since, until = self.since_us, self.until_us
         counted = self._counted
         run: list[Record] = []

@@ -176,7 +176,8 @@ def test_as_the_service_credentials_come_from_their_sources_and_files_must_be_re
         f"{path}:8: nodes[3].known_hosts: {creds}/ssh_no-such-known-hosts-here comes from "
         "/etc/sm-llm-exporter/ssh/no-such-known-hosts-here, which does not exist",
         f"{path}:9: nodes[3].client_keys[0]: {creds}/id_ed25519 is not a credential the unit "
-        "hands over (ssh_FILE for a file of /etc/sm-llm-exporter/ssh)",
+        "hands over (ssh_FILE for a file of /etc/sm-llm-exporter/ssh or tls_FILE for a file of "
+        "/etc/sm-llm-exporter/tls)",
     ]
     # the same config checked as this user: the private dump reads (root), the credentials
     # directory does not exist here

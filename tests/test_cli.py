@@ -3,6 +3,7 @@ range, a note for an empty window, known-hosts with nothing to do."""
 
 from __future__ import annotations
 
+import html
 import logging
 import signal
 import subprocess
@@ -129,3 +130,25 @@ def test_known_hosts_with_an_unreachable_node_names_it_and_ends_without_a_traceb
         assert cli.main(["known-hosts", "--config", str(path)]) == 1
     assert f"node s: 127.0.0.1:{port}: cannot fetch its host key" in caplog.text
     assert "Traceback" not in caplog.text + capsys.readouterr().err
+
+
+def test_report_html_goes_to_output_whole_with_the_texts_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    run = REPO / "tests" / "testdata" / "llama-server" / "parallel.journal.json"
+    window = ["--since", "2026-01-01T00:00:00", "--until", "2027-01-01T00:00:00"]
+    inputs = ["--input", f"a={run}"]
+    assert cli.main(["report", *window, *inputs]) == 0
+    text = capsys.readouterr().out
+    out = tmp_path / "report.html"
+    assert cli.main(["report", *window, *inputs, "--format", "html", "--output", str(out)]) == 0
+    assert capsys.readouterr().out == ""  # (all of it in the file)
+    page = out.read_text(encoding="utf-8")
+    assert page.lower().startswith("<!doctype html>") and page.rstrip().endswith("</html>")
+    assert html.escape(text.rstrip("\n"), quote=False) in page  # the seed's tables, exactly
+    assert list(tmp_path.iterdir()) == [out]  # (no temporary file left)
+    assert cli.main(["report", *window, *inputs, "--format", "html"]) == 0
+    assert capsys.readouterr().out == page  # standard output, the same page
+    missing = tmp_path / "no-such-dir" / "r.html"
+    assert cli.main(["report", *window, *inputs, "--format", "html", "--output", str(missing)]) == 1
+    assert f"cannot write {missing}: No such file or directory" in caplog.text

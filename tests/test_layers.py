@@ -20,6 +20,7 @@ LEVELS: list[set[str]] = [
     {"exporter.kinds"},
     {"exporter.parse"},
     {"exporter.accounting"},
+    {"exporter.timeline"},
     {"exporter.config"},
     {"exporter.changes"},
     {"exporter.sources.entries"},
@@ -28,7 +29,8 @@ LEVELS: list[set[str]] = [
     {"exporter.sources.file", "exporter.sources.journal", "exporter.sources.ssh"},
     {"exporter.sources"},
     {"exporter.pipeline", "exporter.report"},
-    {"exporter.checkpoint", "exporter.collector", "exporter.notify"},
+    {"exporter.checkpoint", "exporter.collector", "exporter.notify", "exporter.pages"},
+    {"exporter.webconfig"},
     {"exporter.http", "exporter.preflight"},
     {"exporter.daemon"},
     {"exporter.demo"},
@@ -36,7 +38,7 @@ LEVELS: list[set[str]] = [
     {"exporter.__main__"},
 ]
 LEVEL = {m: i for i, ms in enumerate(LEVELS) for m in ms}
-VENDORS = {"systemd.journal", "systemd.daemon", "asyncssh", "prometheus_client", "yaml"}
+VENDORS = {"systemd.journal", "systemd.daemon", "asyncssh", "prometheus_client", "yaml", "bcrypt"}
 
 
 def module_name(path: Path) -> str:

@@ -21,11 +21,9 @@ import http.server
 import json
 import math
 import re
-import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +35,10 @@ import yaml
 from exporter.collector import OPENMETRICS_CONTENT_TYPE
 from exporter.http import wants_openmetrics
 
+from support import prometheus as prom
 from support.daemon_process import DaemonProcess
 from support.scrape import http_get
-from support.tools import REPO, free_port, require_tool, wait_for
+from support.tools import REPO, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -68,38 +67,15 @@ ZERO_ON_DEMO = {
 
 
 @dataclass
-class Prometheus:
-    url: str
+class Prometheus(prom.Api):
     started: float
     proxy: Proxy
     daemon: str
-
-    def get(self, path: str, **params: str | float) -> Any:
-        query = urllib.parse.urlencode({k: str(v) for k, v in params.items()}, doseq=True)
-        status, body, _ = http_get(f"{self.url}{path}?{query}" if query else self.url + path)
-        reply = json.loads(body)
-        assert status == 200 and reply["status"] == "success", (path, params, reply)
-        return reply["data"]
-
-    def instant(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        data = self.get("/api/v1/query", query=expr, time=at if at is not None else time.time())
-        result: list[dict[str, Any]] = data["result"]
-        return result
 
     def range(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
         data = self.get("/api/v1/query_range", query=expr, start=start, end=end, step=STEP_SECONDS)
         result: list[dict[str, Any]] = data["result"]
         return result
-
-
-def terminate(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 @pytest.fixture
@@ -156,13 +132,6 @@ class Proxy:
         self.thread.join(10)
 
 
-def prometheus_version(binary: str) -> tuple[int, ...]:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
-    m = re.search(r"version (\d+)\.(\d+)\.(\d+)", out.stdout + out.stderr)
-    assert m, out
-    return tuple(int(g) for g in m.groups())
-
-
 def prometheus_config(tmp_path: Path, target: str, version: tuple[int, ...]) -> Path:
     """deploy/prometheus/prometheus.yml, scraping `target` every second, with our rules; asking
     for OpenMetrics first where the version has scrape_protocols."""
@@ -180,64 +149,12 @@ def prometheus_config(tmp_path: Path, target: str, version: tuple[int, ...]) -> 
     return path
 
 
-def start_prometheus(
-    binary: str, config: Path, tsdb: Path, log: Path
-) -> tuple[subprocess.Popen[bytes], str] | None:
-    """Prometheus on a free port, ready; None when another process took the port first."""
-    port = free_port()
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tsdb}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            return True  # exited: stop waiting
-        try:
-            return http_get(url + "/-/ready")[0] == 200
-        except OSError:
-            return False
-
-    try:
-        wait_for(ready, 30, "prometheus to be ready")
-    except BaseException:
-        terminate(process)
-        raise
-    if process.poll() is None:
-        return process, url
-    if "address already in use" in log.read_text():
-        return None
-    pytest.fail(f"prometheus did not start:\n{log.read_text()}")
-
-
 @pytest.fixture
 def prometheus(tmp_path: Path, daemon: str) -> Iterator[Prometheus]:
-    binary = require_tool("prometheus")
-    proxy = Proxy(daemon).__enter__()
-    config = prometheus_config(tmp_path, proxy.address, prometheus_version(binary))
-    for attempt in range(5):  # prometheus cannot take port 0: retry on a clash
-        started = start_prometheus(
-            binary, config, tmp_path / f"tsdb{attempt}", tmp_path / f"prometheus{attempt}.log"
-        )
-        if started is not None:
-            break
-    else:
-        proxy.__exit__()
-        pytest.fail("no free port for prometheus after 5 tries")
-    process, url = started
-    try:
-        yield Prometheus(url, time.time(), proxy, daemon)
-    finally:
-        terminate(process)
-        proxy.__exit__()
+    with Proxy(daemon) as proxy:
+        config = prometheus_config(tmp_path, proxy.address, prom.version(prom.binary()))
+        with prom.started(config, tmp_path) as api:
+            yield Prometheus(api.url, time.time(), proxy, daemon)
 
 
 def substitute(expr: str, variables: dict[str, str]) -> str:

@@ -36,6 +36,7 @@ from exporter.accounting import SECOND
 from exporter.config import DEFAULT_PATH, Config
 from exporter.demo import NODES, TEMP_PREFIX, demo_directory, node_lines, short_iso
 from exporter.notify import Notifier
+from exporter.preflight import CREDENTIAL_DIRECTORIES
 
 from support.daemon_process import DaemonProcess, file_nodes
 from support.scrape import http_get, sample
@@ -135,10 +136,15 @@ def test_the_config_is_read_where_it_is_and_the_secrets_come_as_credentials() ->
     assert argv[argv.index("--config") + 1] == str(DEFAULT_PATH)
     assert s[("Service", "ConfigurationDirectoryMode")] == ["0755"]  # (its files 0644, ssh/ 0600)
     assert s[("Service", "ExecReload")] == ["/bin/kill -HUP $MAINPID"]
-    assert credentials == {"ssh": str(DEFAULT_PATH.parent / "ssh")}
+    assert credentials == {name: str(DEFAULT_PATH.parent / name) for name in ("ssh", "tls")}
+    # what check-config --as-service reads for them
+    assert {p.rstrip("_"): str(d) for p, d in CREDENTIAL_DIRECTORIES} == credentials
+    made = s[("Service", "ConfigurationDirectory")][0].split()
+    assert {f"sm-llm-exporter/{name}" for name in credentials} <= set(made)  # (never missing)
     guide = (UNIT.parent / "README.md").read_text()
     assert "install -m 0644 config.example.yaml /etc/sm-llm-exporter/config.yaml" in guide
     assert "install -m 0600 id_ed25519 known_hosts node_pw /etc/sm-llm-exporter/ssh/" in guide
+    assert "install -m 0600 web-config.yml /etc/sm-llm-exporter/tls/" in guide
 
 
 def test_systemd_analyze_verify_passes(unit_copy: Path) -> None:

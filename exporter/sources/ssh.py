@@ -21,11 +21,9 @@ file's: compiled where built. `window` reads a past window for the report the sa
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import shlex
-import stat
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -33,7 +31,7 @@ from pathlib import Path
 
 import asyncssh
 
-from exporter.config import SshNode
+from exporter.config import SshNode, read_small_file
 from exporter.logline import Batch
 from exporter.parse import KEYWORDS
 from exporter.sources.base import SourceError
@@ -86,22 +84,6 @@ def read_secret(node: SshNode, env: Env, what: str = "password") -> str | None:
             raise SourceError(f"{who(node)}: its {what}_env variable is not set")
         return value
     return None
-
-
-MAX_SECRET_FILE = 1 << 20  # a key, a known_hosts, a password: anything bigger is none
-
-
-def read_small_file(path: Path) -> bytes:
-    """A key, known_hosts or secret file's bytes: a regular file only (opened without
-    blocking: a FIFO there is refused, not waited on), at most MAX_SECRET_FILE."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(MAX_SECRET_FILE)
-    finally:
-        os.close(fd)
 
 
 def who(node: SshNode) -> str:
