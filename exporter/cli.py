@@ -464,6 +464,7 @@ def _report(args: argparse.Namespace) -> int:
         args.until,
         max_request_us=max_request_us,
         slots=cfg.slots,
+        timeline=args.format == "html",
     )
     entries = 0
 

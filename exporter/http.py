@@ -35,6 +35,7 @@ be answered before it costs a transport keeps the accept queue short; a connecti
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import functools
@@ -47,7 +48,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -66,6 +67,10 @@ FD_RESERVE = 64
 HEAD_S, WRITE_S, IDLE_S = 5.0, 10.0, 30.0
 REQUESTS_PER_CONNECTION = 1000
 LOG_EVERY_S = 10.0
+# Password checks (bcrypt, tens of milliseconds each, one at a time) waiting or under way at
+# once; a request past them gets a 429 at once, so a flood of wrong passwords holds neither
+# the connections nor the worker threads that render /metrics and write checkpoints.
+MAX_PASSWORD_CHECKS = 8
 REFUSALS_LOG_EVERY_S = 60.0  # refused credentials and certificates: logged at most this often
 LISTEN_BACKLOG = 4096  # (the kernel caps it at net.core.somaxconn)
 ACCEPT_BATCH = 16  # a turn of the event loop, a listening socket
@@ -186,6 +191,8 @@ class HttpServer:
         self.web_config = web_config  # (the setter: watched from here on)
         self.auth = webconfig.Auth()
         self.rate = webconfig.RateLimit(clock)
+        self._checking = 0  # password checks waiting or under way
+        self._bcrypt: concurrent.futures.ThreadPoolExecutor | None = None
         self.host, self.port = host, port
         self.max_connections = max_connections
         self.head_seconds, self.write_seconds = head_seconds, write_seconds
@@ -281,6 +288,8 @@ class HttpServer:
         self._listeners = []
         if self._sweep is not None:
             self._sweep.cancel()
+        if self._bcrypt is not None:
+            self._bcrypt.shutdown(wait=False, cancel_futures=True)
         if not self._open:
             return
         self._all_gone = self.loop.create_future()
@@ -288,6 +297,28 @@ class HttpServer:
             conn.cut()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._all_gone), 2)
+
+    def check_password(
+        self, users: Mapping[str, bytes], user: str, password: bytes
+    ) -> asyncio.Future[bool] | None:
+        """A bcrypt check in the server's own thread (not the default executor: /metrics and
+        the checkpoints use that); None when MAX_PASSWORD_CHECKS are under way already."""
+        if self._checking >= MAX_PASSWORD_CHECKS:
+            return None
+        if self._bcrypt is None:
+            self._bcrypt = concurrent.futures.ThreadPoolExecutor(1, "smllm-bcrypt")
+        self._checking += 1
+        checking = self.loop.run_in_executor(self._bcrypt, self.auth.check, users, user, password)
+        checking.add_done_callback(self._checked)
+        return checking
+
+    def _checked(self, _: asyncio.Future[bool]) -> None:
+        self._checking -= 1
+
+    @property
+    def password_checks(self) -> int:
+        """Password checks waiting or under way now."""
+        return self._checking
 
     def unauthorized(self, transport: asyncio.Transport | None) -> None:
         """A 401: counted, logged at most once a minute (with the last client's address)."""
@@ -500,6 +531,12 @@ def _page(page: Page | None) -> _Answer | _Render:
     return _Render(page.made, lambda body: (200, ctype, body, []))
 
 
+TOO_MANY_CHECKS: _Answer = (
+    429,
+    "text/plain",
+    b"too many password checks under way: try again\n",
+    ["Retry-After: 1"],
+)
 UNAUTHORIZED: _Answer = (
     401,
     "text/plain; charset=utf-8",
@@ -642,11 +679,13 @@ class _Connection(asyncio.Protocol):
                     self._unauthorized()
                     return
                 verdict = self.server.auth.cached(config.users, *given)
-                if verdict is None:  # bcrypt, in a worker thread
+                if verdict is None:  # bcrypt, in the server's own worker thread
+                    checking = self.server.check_password(config.users, *given)
+                    if checking is None:
+                        self._send(TOO_MANY_CHECKS)
+                        return
                     self.server._enter(self, _ANSWER)
-                    self.rendering = asyncio.ensure_future(
-                        asyncio.to_thread(self.server.auth.check, config.users, *given)
-                    )
+                    self.rendering = checking
                     self.rendering.add_done_callback(functools.partial(self._checked, head))
                     return
                 if not verdict:

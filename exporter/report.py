@@ -5,7 +5,9 @@ their end in [since, until], as the seed counts them. Busy, concurrency and mix 
 every interval that overlaps the window, clipped to it, exactly. Parse errors are the lines that
 looked like timing lines but did not parse, counted as the daemon counts them. The window's
 timeline (`timeline.Window`: its intervals, or bins of them, for the HTML report) takes the
-same intervals: those counted, and those that only reach into the window from before its end.
+same intervals: those counted, and those that only reach into the window from before its end;
+only a Builder made with `timeline=True` (for the HTML report) builds one: the text and JSON
+print none.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class Report:
     until_us: int
     snapshot: Snapshot
     kinds: Kinds
-    timeline: Window  # what the window draws (the HTML report)
+    timeline: Window | None  # what the window draws (the HTML report); None: not built
     durations_us: dict[str, list[int]] = field(default_factory=dict)  # kind -> counted requests
     errors: dict[str, list[str]] = field(default_factory=dict)  # node -> the first few, named
 
@@ -48,7 +50,8 @@ ERRORS_KEPT = 5  # parse errors named per node (all are counted)
 
 class Builder:
     """Takes every node's Batches (in any order across nodes, in order per node) and makes the
-    report of [since_us, until_us]."""
+    report of [since_us, until_us]; with `timeline=True` its report has the window's timeline
+    too (else None)."""
 
     def __init__(
         self,
@@ -58,6 +61,8 @@ class Builder:
         until_us: int,
         max_request_us: int = 600 * SECOND,
         slots: int = DEFAULT_SLOTS,
+        *,
+        timeline: bool = False,
     ) -> None:
         self.kinds, self.since_us, self.until_us = kinds, since_us, until_us
         self.max_request_us = max_request_us
@@ -65,7 +70,7 @@ class Builder:
         self.parsers = {n: Parser(n, slots=slots, gone_us=max_request_us) for n in nodes}
         self._counted: list[tuple[int | None, int]] = []  # (tokens, duration) of each counted
         self.errors: dict[str, list[str]] = {n: [] for n in nodes}
-        self.timeline = Window(nodes, since_us, until_us)
+        self.timeline = Window(nodes, since_us, until_us) if timeline else None
 
     def add(self, batch: Batch) -> None:
         node = batch.node
@@ -92,7 +97,8 @@ class Builder:
     def _add_all(self, recs: list[Record]) -> None:
         """The records, in order: those in the window (nearly all) in runs through the
         accounting's batch path, the rest one by one; the timeline takes those it draws."""
-        self.timeline.add_all(recs)
+        if self.timeline is not None:
+            self.timeline.add_all(recs)
         since, until = self.since_us, self.until_us
         counted = self._counted
         run: list[Record] = []
@@ -136,9 +142,11 @@ def build(
     since_us: int,
     until_us: int,
     max_request_us: int = 600 * SECOND,
+    *,
+    timeline: bool = False,
 ) -> Report:
     """The report of every node's Batches."""
-    builder = Builder(list(batches), kinds, since_us, until_us, max_request_us)
+    builder = Builder(list(batches), kinds, since_us, until_us, max_request_us, timeline=timeline)
     for node_batches in batches.values():
         for batch in node_batches:
             builder.add(batch)

@@ -2,8 +2,8 @@
 holds what the report was made of, the page asks for nothing (its Content-Security-Policy
 reports no violation), and a screenshot of it is kept (its path printed) to look at.
 
-The inputs are journal lines made by test_pages' generator; what the DOM must hold is counted
-from the generated requests themselves.
+The inputs are journal lines of generated requests (support.workload); what the DOM must hold
+is counted from the generated requests themselves.
 """
 
 from __future__ import annotations
@@ -13,22 +13,14 @@ import struct
 from pathlib import Path
 
 import pytest
-from test_pages import (
-    NODES,
-    OUTCOMES,
-    T0,
-    expected_rects,
-    generate,
-    parse,
-    report_of,
-    request_rects,
-)
 
 from exporter import pages
 from exporter.timeline import BINS
 from exporter.times import SECOND
 
 from support.browser import dump_dom, screenshot, screenshot_dir
+from support.dom import parse, request_rects
+from support.workload import NODES, OUTCOMES, T0, expected_rects, generate, report_of
 
 pytestmark = pytest.mark.slow  # (starts a real browser)
 
@@ -60,7 +52,7 @@ def test_the_report_in_chromium(tmp_path: Path) -> None:
     since, until = T0, T0 + 3 * 3600 * SECOND
     reqs = generate(rng, NODES, since, until, slots=3, gap_s=90.0)
     r = report_of(reqs, NODES, since, until)
-    assert not r.timeline.binned
+    assert r.timeline is not None and not r.timeline.binned
     dom, console = load(pages.report_html(r), tmp_path / "report.html")
     assert console == []  # nothing blocked, nothing loaded
     page = parse(dom)
@@ -90,7 +82,7 @@ def test_a_binned_week_in_chromium(tmp_path: Path) -> None:
     ]
     counted = [q for q in reqs if since <= q.end_us <= until]
     r = report_of(reqs, nodes, since, until)
-    assert r.timeline.binned
+    assert r.timeline is not None and r.timeline.binned
     dom, console = load(pages.report_html(r), tmp_path / "week.html")
     assert console == []
     page = parse(dom)

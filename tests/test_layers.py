@@ -28,7 +28,7 @@ LEVELS: list[set[str]] = [
     {"exporter.sources.base"},
     {"exporter.sources.file", "exporter.sources.journal", "exporter.sources.ssh"},
     {"exporter.sources"},
-    {"exporter.pipeline", "exporter.report"},
+    {"exporter.pipeline", "exporter.report", "exporter.svg"},
     {"exporter.checkpoint", "exporter.collector", "exporter.notify", "exporter.pages"},
     {"exporter.webconfig"},
     {"exporter.http", "exporter.preflight"},

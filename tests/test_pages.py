@@ -1,9 +1,9 @@
-"""exporter.pages: the status page, /api/status and the HTML report, parsed (html.parser) and
+"""exporter.pages: the status page, /api/status and the HTML report, parsed (support.dom) and
 checked against the requests they were made of.
 
-The report's inputs are journal lines (`journal`, one node's, from `Req`s: launch, timing or
-cancel/error line, release), read by report.Builder as `report` reads them; what each page
-must show is counted from the `Req`s themselves, not from what the exporter made of them.
+The report's inputs are journal lines of generated requests (support.workload), read by
+report.Builder as `report` reads them; what each page must show is counted from the requests
+themselves, not from what the exporter made of them.
 """
 
 from __future__ import annotations
@@ -11,235 +11,32 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from html.parser import HTMLParser
+from collections.abc import Sequence
 
 import pytest
 
 from exporter import pages, report
 from exporter.accounting import SECOND, Accounting
-from exporter.kinds import Kinds, split_rules
-from exporter.logline import Batch, Event, EventKind, Interval, LogLine
+from exporter.logline import Event, EventKind, Interval
 from exporter.timeline import BINS, MAX_RECTS, RING_SIZE, Recent
 
-T0 = 1_790_062_375 * SECOND  # 2026-09-22T07:32:55Z
-KINDS = Kinds(split_rules(600))
-OUTCOMES = ("timed", "cancelled", "error", "untimed")
+from support.dom import parse, request_rects, self_contained_problems
+from support.workload import (
+    KINDS,
+    NODES,
+    OUTCOMES,
+    T0,
+    Req,
+    expected_rects,
+    generate,
+    report_of,
+)
+
 HOSTILE = '<script>alert("x")</script>&amp;"\'node'
 
 
-# -- inputs ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Req:
-    """One request as the journal will tell it: busy on `slot` during [start_us, end_us]."""
-
-    node: str
-    start_us: int
-    end_us: int
-    tokens: int
-    outcome: str  # one of OUTCOMES
-    slot: int
-    task: int
-
-    @property
-    def kind(self) -> str:
-        return KINDS.classify(self.tokens) if self.outcome == "timed" else ""
-
-    def belongs(self, since_us: int, until_us: int) -> bool:
-        """On the timeline of [since, until]: counted (its end inside) or reaching past it."""
-        return since_us <= self.end_us <= until_us or self.start_us < until_us < self.end_us
-
-
-def journal(node: str, reqs: Iterable[Req]) -> list[LogLine]:
-    """The journal lines of one node's requests, in journal order (era D: a `total time` line
-    for a timed request; a cancel or send_error line, or neither, before an untimed release)."""
-    entries: list[tuple[int, str]] = []
-    for r in reqs:
-        head = f"id  {r.slot} | task {r.task} |"
-        entries.append((r.start_us, f"slot launch_slot_: {head} processing task"))
-        if r.outcome == "timed":
-            ms = (r.end_us - r.start_us) / 1000
-            entries.append(
-                (
-                    r.end_us,
-                    f"slot print_timing: {head}       total time = {ms:10.2f} ms / {r.tokens:5d} tokens",
-                )
-            )
-        elif r.outcome == "cancelled":
-            entries.append((r.end_us, f"srv          stop: cancel task, id_task = {r.task}"))
-        elif r.outcome == "error":
-            entries.append((r.end_us, f"srv    send_error: task id = {r.task}, error: too long"))
-        entries.append(
-            (
-                r.end_us,
-                f"slot      release: {head} stop processing: n_tokens = {r.tokens}, truncated = 0",
-            )
-        )
-    entries.sort(key=lambda e: e[0])  # (stable: a request's lines of one time keep their order)
-    return [LogLine(node, t, "", 4242, m) for t, m in entries]
-
-
-def generate(
-    rng: random.Random,
-    nodes: Sequence[str],
-    since_us: int,
-    until_us: int,
-    *,
-    slots: int = 2,
-    gap_s: float = 60.0,
-    durations_s: tuple[float, float] = (2.0, 60.0),
-    weights: Sequence[int] = (90, 4, 2, 4),
-) -> list[Req]:
-    """Requests on every slot of every node, one after another with random gaps, from a little
-    before the window to a little after it; durations are multiples of 10 us (what `total
-    time` logs)."""
-    out = []
-    for node in nodes:
-        task = 1
-        for slot in range(slots):
-            t = since_us - rng.randrange(0, 120 * SECOND)
-            while t < until_us + 30 * SECOND:
-                d = rng.randrange(int(durations_s[0] * 100_000), int(durations_s[1] * 100_000)) * 10
-                outcome = rng.choices(OUTCOMES, weights)[0]
-                out.append(Req(node, t, t + d, rng.randint(50, 1200), outcome, slot, task))
-                task += 1
-                t += d + 20_000 + int(rng.expovariate(1 / gap_s) * SECOND)
-    return out
-
-
-def report_of(
-    reqs: Sequence[Req], nodes: Sequence[str], since_us: int, until_us: int
-) -> report.Report:
-    builder = report.Builder(nodes, KINDS, since_us, until_us)
-    for node in nodes:
-        lines = journal(node, [r for r in reqs if r.node == node])
-        for i in range(0, len(lines), 5000):  # (batches, as a source hands them over)
-            builder.add(Batch(node, tuple(lines[i : i + 5000])))
-    return builder.finish()
-
-
-# -- reading the pages ----------------------------------------------------------------------------
-
-
-@dataclass
-class Element:
-    tag: str
-    attrs: dict[str, str]
-    lane: str | None  # data-node of the lane it is in
-    groups: tuple[str, ...]  # classes of the <g> elements it is in
-    text: str = ""  # its own text and its children's (a rect's <title>)
-
-
-class Page(HTMLParser):
-    """Every element of a document, with the lane and groups it is in."""
-
-    VOID = frozenset({"meta", "link", "br", "img", "input", "hr", "wbr", "source"})
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.elements: list[Element] = []
-        self.open: list[Element] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        lane = next((e.attrs.get("data-node") for e in reversed(self.open) if is_lane(e)), None)
-        groups = tuple(e.attrs.get("class", "") for e in self.open if e.tag == "g")
-        el = Element(tag, {k: v or "" for k, v in attrs}, lane, groups)
-        self.elements.append(el)
-        if tag not in self.VOID:
-            self.open.append(el)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.handle_starttag(tag, attrs)
-        if tag not in self.VOID:
-            self.open.pop()
-
-    def handle_endtag(self, tag: str) -> None:
-        while self.open:
-            if self.open.pop().tag == tag:
-                break
-
-    def handle_data(self, data: str) -> None:
-        for el in self.open:
-            el.text += data
-
-    def find(self, tag: str, cls: str | None = None) -> list[Element]:
-        return [
-            e
-            for e in self.elements
-            if e.tag == tag and (cls is None or e.attrs.get("class") == cls)
-        ]
-
-    def rows(self) -> list[list[str]]:
-        """The text of each table row's cells (th or td)."""
-        rows: list[list[str]] = []
-        for e in self.elements:
-            if e.tag == "tr":
-                rows.append([])
-            elif e.tag in ("td", "th") and rows:
-                rows[-1].append(e.text)
-        return rows
-
-    def lanes(self) -> list[str]:
-        return [e.attrs["data-node"] for e in self.elements if is_lane(e)]
-
-    def in_group(self, tag: str, group: str) -> list[Element]:
-        return [e for e in self.elements if e.tag == tag and group in e.groups]
-
-
-def is_lane(e: Element) -> bool:
-    return e.tag == "g" and e.attrs.get("class") == "lane"
-
-
-def parse(doc: str | bytes) -> Page:
-    page = Page()
-    page.feed(doc.decode() if isinstance(doc, bytes) else doc)
-    page.close()
-    return page
-
-
-def self_contained_problems(doc: str) -> list[str]:
-    """What would make a document load or run something: a URL, an element that loads or
-    runs, an attribute that names something to load, a style that imports."""
-    problems = [m for m in ("http://", "https://", "<script", "@import") if m in doc]
-    problems += [m.group(0) for m in re.finditer(r"url\((?!\s*['\"]?data:)[^)]*\)", doc)]
-    for e in parse(doc).elements:
-        if e.tag in ("script", "iframe", "object", "embed", "link", "img", "image", "use"):
-            problems.append(f"<{e.tag}>")
-        problems += [
-            f"{e.tag} {a}=" for a in e.attrs if a in ("src", "href", "xlink:href", "srcset")
-        ]
-        problems += [f"{e.tag} {a}=" for a in e.attrs if a.startswith("on")]
-    return problems
-
-
-def request_rects(page: Page) -> dict[str, Counter[tuple[str, str]]]:
-    """Per lane, the request rects by (kind, outcome)."""
-    out: dict[str, Counter[tuple[str, str]]] = {}
-    for e in page.find("rect", "request"):
-        assert e.lane is not None, e.attrs
-        out.setdefault(e.lane, Counter())[e.attrs["data-kind"], e.attrs["data-outcome"]] += 1
-    return out
-
-
-def expected_rects(
-    reqs: Iterable[Req], since_us: int, until_us: int
-) -> dict[str, Counter[tuple[str, str]]]:
-    out: dict[str, Counter[tuple[str, str]]] = {}
-    for r in reqs:
-        if r.belongs(since_us, until_us):
-            out.setdefault(r.node, Counter())[r.kind, r.outcome] += 1
-    return out
-
-
 # -- the report -----------------------------------------------------------------------------------
-
-
-NODES = ("node-a", "b.example.internal", "gpu3")
 
 
 def test_the_report_draws_every_request_of_the_window() -> None:
@@ -249,7 +46,7 @@ def test_the_report_draws_every_request_of_the_window() -> None:
     r = report_of(reqs, NODES, since, until)
     doc = pages.report_html(r)
     page = parse(doc)
-    assert not r.timeline.binned
+    assert r.timeline is not None and not r.timeline.binned
     assert page.lanes() == list(NODES)
     expect = expected_rects(reqs, since, until)
     assert {o for c in expect.values() for _, o in c} == set(OUTCOMES)  # (every outcome is there)
@@ -274,6 +71,20 @@ def test_the_report_draws_every_request_of_the_window() -> None:
     mix = page.in_group("rect", "mix")
     assert {e.attrs["data-kind"] for e in mix if "data-kind" in e.attrs} == set(KINDS.names)
     assert "binned" not in doc
+
+
+def test_a_report_without_its_timeline_prints_the_same_and_draws_nothing() -> None:
+    """(`report --format text|json` builds no timeline: the figures are the same without it)"""
+    since, until = T0, T0 + 3600 * SECOND
+    reqs = generate(random.Random(9), NODES, since, until)
+    full = report_of(reqs, NODES, since, until)
+    bare = report_of(reqs, NODES, since, until, timeline=False)
+    assert full.timeline is not None and full.timeline.requests() > 0
+    assert bare.timeline is None
+    assert report.to_text(bare) == report.to_text(full)
+    assert report.render(bare, "json") == report.render(full, "json")
+    with pytest.raises(ValueError, match="timeline"):
+        pages.report_html(bare)
 
 
 def test_the_report_is_self_contained() -> None:
@@ -325,7 +136,7 @@ def test_a_week_of_200k_requests_is_binned_and_bounded() -> None:
     r = report_of(reqs, nodes, since, until)
     doc = pages.report_html(r)
     page = parse(doc)
-    assert r.timeline.binned and page.find("rect", "request") == []
+    assert r.timeline is not None and r.timeline.binned and page.find("rect", "request") == []
     assert page.lanes() == list(nodes)
     bins = page.find("rect", "bin")
     assert sum(int(e.attrs["data-requests"]) for e in bins) == len(counted)

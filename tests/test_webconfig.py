@@ -28,7 +28,7 @@ from cryptography import x509
 from exporter import preflight, webconfig
 from exporter.collector import Published, Renderer
 from exporter.config import ConfigError
-from exporter.http import PLAIN_TO_TLS, WRITE_CHUNK, HttpServer, Pages
+from exporter.http import MAX_PASSWORD_CHECKS, PLAIN_TO_TLS, WRITE_CHUNK, HttpServer, Pages
 
 from conftest import Cli
 from support.certs import Authority, Pair
@@ -587,6 +587,44 @@ def test_basic_auth(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     refusals = [r for r in caplog.records if "requests refused (401" in r.getMessage()]
     assert len(refusals) == 1, [r.getMessage() for r in refusals]  # (at most once a minute)
     assert "b0gus-pw" not in caplog.text and "mallory" not in caplog.text
+
+
+def test_a_flood_of_wrong_passwords_holds_neither_connections_nor_worker_threads(
+    tmp_path: Path,
+) -> None:
+    """bcrypt runs in the server's own thread, at most MAX_PASSWORD_CHECKS waiting: past them
+    a 429 at once, and /metrics is rendered (in the default worker threads) meanwhile."""
+    release = threading.Event()
+
+    def checkpw(password: bytes, hashed: bytes) -> bool:
+        if password == PASSWORD:
+            return True
+        release.wait(30)  # (a check that takes as long as the test wants)
+        return False
+
+    web = write(tmp_path, yaml_text("basic_auth_users:", f"  alice: {HASH}"))
+    with Served(web) as s:
+        s.server.auth = webconfig.Auth(checkpw)
+        s.pages.metrics = Published(Renderer("1.2.3"), snapshot(requests=50), 0)
+        assert s.get(auth=("alice", PASSWORD))[0] == 200  # (its verdict cached)
+        flood = MAX_PASSWORD_CHECKS + 5
+        statuses: list[int] = []
+
+        def wrong(i: int) -> None:
+            statuses.append(s.get(auth=("alice", f"wrong {i}".encode()))[0])
+
+        threads = [threading.Thread(target=wrong, args=(i,)) for i in range(flood)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: statuses.count(429) == 5, 10, "the checks past the cap refused")
+        assert s.server.password_checks == MAX_PASSWORD_CHECKS
+        status, _, body = s.get("/metrics", auth=("alice", PASSWORD))  # rendered meanwhile
+        assert status == 200 and b"smllm_node_busy_seconds_total" in body
+        release.set()
+        for t in threads:
+            t.join(30)
+        assert sorted(statuses) == [401] * MAX_PASSWORD_CHECKS + [429] * 5
+        assert s.server.password_checks == 0
 
 
 def test_headers_are_added_to_every_answer(tmp_path: Path) -> None:

@@ -1,10 +1,11 @@
 """The pages' documents as a browser's DOM dump or the server's HTML: every element, with the
-timeline lane and the groups it is in, the table rows, and whether a document is self-contained
-(loads and runs nothing)."""
+timeline lane and the groups it is in, the table rows, the request rects of each lane, and
+whether a document is self-contained (loads and runs nothing)."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
@@ -98,3 +99,12 @@ def self_contained_problems(doc: str) -> list[str]:
         ]
         problems += [f"{e.tag} {a}=" for a in e.attrs if a.startswith("on")]
     return problems
+
+
+def request_rects(page: Page) -> dict[str, Counter[tuple[str, str]]]:
+    """Per lane, the request rects by (kind, outcome)."""
+    out: dict[str, Counter[tuple[str, str]]] = {}
+    for e in page.find("rect", "request"):
+        assert e.lane is not None, e.attrs
+        out.setdefault(e.lane, Counter())[e.attrs["data-kind"], e.attrs["data-outcome"]] += 1
+    return out

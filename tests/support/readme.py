@@ -1,8 +1,9 @@
-"""The README's metric table, as the tests read it."""
+"""The README as the tests read it: its metric table, its links."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from support.tools import REPO
 
@@ -22,3 +23,10 @@ def metric_table() -> dict[str, tuple[str, str, str]]:
             rows[m.group(1)] = (m.group(2), m.group(3).strip(), m.group(4))
     assert len(rows) >= 30, sorted(rows)
     return rows
+
+
+def relative_links(path: Path = README) -> list[str]:
+    """The targets of a Markdown file's links and images that are paths in the repository."""
+    text = path.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    return [t for t in targets if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
