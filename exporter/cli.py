@@ -374,6 +374,8 @@ def _check_config(path: Path, *, as_service: bool = False, web_config: Path | No
             found.append(str(e))
             continue
         described.append(f"{web_path}: valid web config: {webconfig.describe(web)}")
+        for warning in webconfig.warnings(web):
+            log.warning("%s", warning)
     if found:
         return 1
     print(f"{path}: valid, {len(cfg.nodes)} node(s)")
@@ -393,7 +395,10 @@ def _with_options(
     if web_config is not None:
         cfg = dataclasses.replace(cfg, web_config_file=web_config)
     if cfg.web_config_file is not None:
-        webconfig.load(cfg.web_config_file)
+        web = webconfig.load(cfg.web_config_file)
+        log.info("web config %s: %s", web.path, webconfig.describe(web))
+        for warning in webconfig.warnings(web):
+            log.warning("%s", warning)
     return cfg
 
 

@@ -393,6 +393,8 @@ class Daemon:
                     new.state_dir,
                 )
                 return
+            # the web config read anew, what it protects (TLS, basic auth) taken anew too
+            self.server.web_config = new.web_config_file
             diff = changes.between(self.config, new)
             if diff.none:
                 log.info("reload: the config is unchanged")
@@ -407,7 +409,6 @@ class Daemon:
                 tg.create_task(self._rebind(), name="rebind")
             else:  # (from the next connection on)
                 self.server.max_connections = min(new.http_max_connections, fd_budget())
-                self.server.web_config = new.web_config_file
         finally:
             if self._ready():
                 self.notifier.reloaded(self.status())

@@ -219,7 +219,6 @@ class HttpServer:
             "plain HTTP sent to the TLS port (answered 400)", clock, REFUSALS_LOG_EVERY_S
         )
         self._handshakes_failed = _Tally("TLS handshakes failed", clock, REFUSALS_LOG_EVERY_S)
-        self._served_tls = False  # the last connection accepted was TLS
         self._web_errors = _Tally(
             "the web config cannot be used: refusing", clock, REFUSALS_LOG_EVERY_S
         )
@@ -232,8 +231,9 @@ class HttpServer:
 
     @web_config.setter
     def web_config(self, path: Path | None) -> None:
-        if path != self.web_config:
-            self.web = None if path is None else webconfig.Watched(path)
+        """(A new Watched even for the same path: what it protects is taken anew, as on a
+        reload.)"""
+        self.web = None if path is None else webconfig.Watched(path)
 
     def current_web(self) -> tuple[webconfig.WebConfig, ssl.SSLContext | None] | None:
         """The web config as of now (None: there is none); ConfigError while it is bad (logged
@@ -303,8 +303,8 @@ class HttpServer:
     ) -> asyncio.Future[bool] | None:
         """A bcrypt check in the server's own thread (not the default executor: /metrics and
         the checkpoints use that); None when MAX_PASSWORD_CHECKS are under way already."""
-        if self._checking >= MAX_PASSWORD_CHECKS:
-            return None
+        if self._checking >= min(MAX_PASSWORD_CHECKS, max(1, self.max_connections // 2)):
+            return None  # (and never more than half the connections)
         if self._bcrypt is None:
             self._bcrypt = concurrent.futures.ThreadPoolExecutor(1, "smllm-bcrypt")
         self._checking += 1
@@ -366,12 +366,11 @@ class HttpServer:
         try:
             web = self.current_web()
         except ConfigError:  # served TLS: no handshake can be made; else a 500 per request
-            if self._served_tls:
+            if self.web is not None and self.web.tls:
                 sock.close()
                 return
             web = None
         tls = None if web is None else web[1]
-        self._served_tls = tls is not None
         if tls is None:
             whole = first is not None and _HEAD_END.search(first) is not None
         elif first is not None and first[0] != _TLS_HANDSHAKE:
@@ -388,10 +387,13 @@ class HttpServer:
             self._shed.add(f"cap {self.max_connections}")
             sock.close()
             return
-        conn = _Connection(self, whole, None if web is None or tls is None else web[0].tls)
+        # (over TLS, a whole ClientHello gets a connection in at the cap, but never protects
+        # it: a handshake, then the request head, may be cut for the next one)
+        settings = None if web is None or tls is None else web[0].tls
+        conn = _Connection(self, whole and tls is None, settings)
         self._open.add(conn)
         self._enter(conn, _HEAD)
-        connecting = self.loop.create_task(
+        conn.connecting = connecting = self.loop.create_task(
             self.loop.connect_accepted_socket(
                 lambda: conn,
                 sock,
@@ -426,7 +428,7 @@ class HttpServer:
         victim, most = None, -1.0
         for phase in (_HEAD, _WRITE):
             for conn in self._phases[phase]:  # the oldest that may be cut
-                if conn.transport is not None and not (phase == _HEAD and conn.whole):
+                if conn.cuttable and not (phase == _HEAD and conn.whole):
                     share = (now - conn.since) / self.deadline(phase)
                     if share > most:
                         victim, most = conn, share
@@ -568,7 +570,14 @@ class _Connection(asyncio.Protocol):
         self.writing_paused = self.reading_paused = False
         self.gone = False  # cut or lost: its descriptor is closed (or about to be)
         self.rendering: asyncio.Future[Any] | None = None  # a body made, a password checked
+        self.connecting: asyncio.Task[Any] | None = None  # until connected (TLS: handshaken)
         self.unsent = memoryview(b"")  # of the answer under way, what the transport has not had
+
+    @property
+    def cuttable(self) -> bool:
+        """Connected, or in its TLS handshake (which `cut` ends too)."""
+        handshaking = self.connecting is not None and not self.connecting.done()
+        return self.transport is not None or (handshaking and self.tls is not None)
 
     def cut(self) -> None:
         """Closed at once, nothing more sent: a client too slow or gone, or the cap."""
@@ -577,6 +586,8 @@ class _Connection(asyncio.Protocol):
         self.gone = True
         if self.transport is not None:
             self.transport.abort()
+        elif self.connecting is not None:  # in its TLS handshake: ended, its socket closed
+            self.connecting.cancel()
         self.server._forget(self)
 
     # -- asyncio.Protocol ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import binascii
 import contextlib
 import dataclasses
 import hashlib
+import ipaddress
 import os
 import re
 import ssl
@@ -107,6 +108,7 @@ CLIENT_AUTH = {
 UNVERIFIED = ("RequireAnyClientCert", "RequireClientCert")  # refused: see the docstring
 BCRYPT_MAX = 72  # bytes of a password bcrypt looks at
 AUTH_CACHE = 100
+MAX_USERS = 10_000  # basic_auth_users at most (exporter-toolkit: "a few users")
 _BCRYPT_HASH = re.compile(rb"\$2[abxy]?\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 _DURATION = re.compile(r"(?:(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+|0")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -196,6 +198,13 @@ def _tls(checker: Checker, d: dict[str, Any], base: Path) -> Tls | None:
     where = "tls_server_config"
 
     def path(key: str) -> Path | None:
+        value = d.get(key)
+        if isinstance(value, str) and ("\n" in value or "-----BEGIN" in value):
+            inline = key.removesuffix("_file")
+            checker.problem(
+                f"{where}.{key}", f"looks like PEM text, not a path: give it as {inline}"
+            )  # (and not shown: it may be a private key)
+            return None
         value = checker.get(d, key, where, _text, None, "must be a path")
         return None if value is None else base / value
 
@@ -356,6 +365,11 @@ def _users(checker: Checker, value: Any) -> dict[str, bytes]:
         checker.problem(where, "must be a mapping of user names to bcrypt hashes")
         return {}
     users = {}
+    if len(value) > MAX_USERS:
+        checker.problem(
+            where, f"{len(value)} users: at most {MAX_USERS:,} (use client certificates)"
+        )
+        return {}
     for user, hashed in value.items():
         if not isinstance(user, str) or not user or ":" in user:
             checker.problem(where, "a user name must be text without ':'", f"{where}.(a user)")
@@ -447,13 +461,18 @@ def context(web: WebConfig) -> ssl.SSLContext | None:
             problems.append(
                 f"{where}.client_ca_file: cannot read {tls.client_ca_file}: {e.strerror or e}"
             )
+        named = tls.client_ca_file is not None or bool(tls.client_ca)
+        key = "client_ca_file" if tls.client_ca_file is not None else "client_ca"
         try:
-            if ca:
+            if ca is not None and named and b"-----BEGIN CERTIFICATE-----" not in ca:
+                # (Go makes an empty pool of it, which verifies no one; never the system's)
+                problems.append(f"{where}.{key}: no PEM CA certificate in it")
+            elif ca is not None and named:
                 ctx.load_verify_locations(cadata=ca.decode("ascii", "replace"))
-            elif ca is not None:
+            elif ca is not None:  # none named: the system's, as Go's nil ClientCAs
                 ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
         except (ssl.SSLError, ValueError) as e:
-            problems.append(f"{where}.client_ca_file: no PEM CA certificate in it ({_why(e)})")
+            problems.append(f"{where}.{key}: no usable PEM CA certificate in it ({_why(e)})")
     if problems:
         raise ConfigError(str(web.path), problems)
     return ctx
@@ -489,8 +508,21 @@ def allowed_peer(tls: Tls, peercert: Mapping[str, Any] | None) -> bool:
         return True
     if not peercert:
         return False
-    names = {v for kind, v in peercert.get("subjectAltName", ()) if kind in _SAN_KINDS}
-    return any(name in names for name in tls.client_allowed_sans)
+    names = {
+        _ip_or(v) if kind == "IP Address" else v
+        for kind, v in peercert.get("subjectAltName", ())
+        if kind in _SAN_KINDS
+    }
+    return any(_ip_or(name) in names for name in tls.client_allowed_sans)
+
+
+def _ip_or(name: str) -> str:
+    """An IP address in Go's form (2001:db8::1, as ip.String() gives it; Python's peercert
+    says 2001:DB8:0:0:0:0:0:1), any other name as it is."""
+    try:
+        return str(ipaddress.ip_address(name.strip()))
+    except ValueError:
+        return name
 
 
 _SAN_KINDS = {"DNS", "IP Address", "email", "URI"}
@@ -502,33 +534,76 @@ _SAN_KINDS = {"DNS", "IP Address", "email", "URI"}
 class Watched:
     """The web config as the next connection or request is to see it: read again whenever the
     file or one it names changed (by inode, size, mtime or ctime), else the one read last.
-    `current` raises ConfigError while it is bad."""
+    `current` raises ConfigError while it is bad.
+
+    What it protects is fixed when it is first read (at start, and again on a reload: a new
+    Watched): TLS or not, basic auth or not. A later version that drops either is refused as a
+    bad one (fail closed), never served: a web config caught half-written (empty, so plain HTTP
+    and no users) is a moment of refusals, not of open doors. A version is kept only if none of
+    its files changed while it was read; else it is read again next time."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._signature: tuple[Any, ...] | None = None
+        self._files: tuple[Path, ...] = (path,)  # the files of the last version that parsed
         self._loaded: tuple[WebConfig, ssl.SSLContext | None] | None = None
         self._error: ConfigError | None = None
+        self.protects: tuple[bool, bool] | None = None  # (TLS, basic auth), from the first
         self.loads = 0  # how many times it was read: a test's view of "re-read"
 
+    @property
+    def tls(self) -> bool:
+        """Is it TLS (as first read)?"""
+        return self.protects is not None and self.protects[0]
+
     def current(self) -> tuple[WebConfig, ssl.SSLContext | None]:
-        files = self._loaded[0].files() if self._loaded is not None else (self.path,)
-        signature = tuple(_stat(p) for p in files)
+        signature = tuple(_stat(p) for p in self._files)
         if signature != self._signature:
-            self._signature = signature
             self.loads += 1
-            try:
-                web = parse(read_text(self.path), self.path)
-                loaded = (web, context(web))
-            except ConfigError as e:
-                self._loaded, self._error = None, e
-            else:
-                self._loaded, self._error = loaded, None
-                self._signature = tuple(_stat(p) for p in web.files())
+            self._load()
+            after = tuple(_stat(p) for p in self._files)
+            # (changed while it was read, or files it names now: look again next time)
+            self._signature = signature if after == signature else None
         if self._error is not None:
             raise self._error
         assert self._loaded is not None
         return self._loaded
+
+    def _load(self) -> None:
+        try:
+            web = parse(read_text(self.path), self.path)
+        except ConfigError as e:
+            self._loaded, self._error = None, e
+            return
+        self._files = web.files()
+        protects = (web.tls is not None, bool(web.users))
+        change = _protection_change(self.protects, protects)
+        if change:
+            problem = (
+                f"{self.path}: would {change}: that is fixed when the exporter starts or "
+                "reloads (systemctl reload, SIGHUP), never changed under running connections; "
+                "refusing until then"
+            )
+            self._loaded, self._error = None, ConfigError(str(self.path), [problem])
+            return
+        try:
+            loaded = (web, context(web))
+        except ConfigError as e:
+            self._loaded, self._error = None, e
+            return
+        self._loaded, self._error = loaded, None
+        was = self.protects
+        self.protects = protects if was is None else (was[0], was[1] or protects[1])
+
+
+def _protection_change(was: tuple[bool, bool] | None, now: tuple[bool, bool]) -> str:
+    """What a new version would change that only a start or reload may: TLS on or off, basic
+    auth off ("" for nothing; basic auth turned on is taken at once)."""
+    if was is None:
+        return ""
+    if was[0] != now[0]:
+        return f"turn TLS {'on' if now[0] else 'off'}"
+    return "turn basic auth off" if was[1] and not now[1] else ""
 
 
 def _stat(path: Path) -> tuple[int, ...]:
@@ -564,7 +639,9 @@ class Auth:
 
     def __init__(self, checkpw: Callable[[bytes, bytes], bool] = bcrypt.checkpw) -> None:
         self.checkpw = checkpw
-        self._cache: dict[bytes, bool] = {}
+        self._cache: dict[bytes, bool] = {}  # refusals (and successes), AUTH_CACHE at most
+        # each user's last success, kept apart: a flood of wrong passwords evicts none of them
+        self._good: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._one_at_a_time = threading.Lock()
 
@@ -574,8 +651,11 @@ class Auth:
         return hashlib.sha256(b"\0".join((user.encode(), hashed, password))).digest()
 
     def cached(self, users: Mapping[str, bytes], user: str, password: bytes) -> bool | None:
+        key = self._key(users, user, password)
         with self._lock:
-            return self._cache.get(self._key(users, user, password))
+            if self._good.get(user) == key:
+                return True
+            return self._cache.get(key)
 
     def check(self, users: Mapping[str, bytes], user: str, password: bytes) -> bool:
         known = user in users
@@ -587,11 +667,14 @@ class Auth:
             except ValueError:  # (a hash bcrypt cannot read after all)
                 matched = False
         ok = known and fits and matched
+        key = self._key(users, user, password)
         with self._lock:
+            if ok and len(self._good) < MAX_USERS:
+                self._good[user] = key
             if len(self._cache) >= AUTH_CACHE:
                 with contextlib.suppress(StopIteration):
                     del self._cache[next(iter(self._cache))]
-            self._cache[self._key(users, user, password)] = ok
+            self._cache[key] = ok
         return ok
 
 
@@ -626,6 +709,26 @@ class RateLimit:
             self._tokens -= 1
             return True
         return False
+
+
+def warnings(web: WebConfig) -> list[str]:
+    """What is allowed but weakens it, for check-config and the start-up log."""
+    costs = sorted({int(h.split(b"$")[2]) for h in web.users.values()})
+    out = []
+    if len(costs) > 1:
+        out.append(
+            f"{web.path}: basic_auth_users: hashes of different costs "
+            f"({', '.join(map(str, costs))}): a user with a cheaper hash is answered faster "
+            "than an unknown one (which costs "
+            f"as much as the costliest, {costs[-1]}), so a timing tells that user exists; "
+            "hash them all at one cost"
+        )
+    if web.tls is None and web.users:
+        out.append(
+            f"{web.path}: basic auth without tls_server_config: passwords cross the network "
+            "in clear"
+        )
+    return out
 
 
 def describe(web: WebConfig) -> str:

@@ -799,3 +799,141 @@ def test_check_config_as_the_service_reads_credentials_from_their_sources(
     code, _, err = cli("check-config", str(config))
     assert code == 1
     assert f"key_file: cannot read {sources / server.key.name}" in err
+
+
+# -- what a review found (each a test) ---------------------------------------------------------
+
+
+def test_a_named_file_fixed_in_place_is_read_again(
+    tmp_path: Path, pki: tuple[Authority, Pair]
+) -> None:
+    ca, server = pki
+    key = server.key.read_bytes()
+    with Served(write(tmp_path, tls_config(server))) as s:
+        ctx = client_context(ca)
+        assert s.get(ctx=ctx)[0] == 200
+        server.key.write_bytes(b"")  # (a rotation writing in place, caught half-way)
+        with pytest.raises((ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)):
+            s.get(ctx=ctx)
+        server.key.write_bytes(key)  # fixed, the web config itself untouched
+        assert s.get(ctx=ctx)[0] == 200
+
+
+def test_a_web_config_caught_half_written_never_opens_the_door(tmp_path: Path) -> None:
+    users = yaml_text("basic_auth_users:", f"  alice: {HASH}")
+    path = write(tmp_path, users)
+    with Served(path) as s:
+        assert s.get()[0] == 401
+        path.write_text("")  # truncated by an editor, not yet written
+        assert s.get()[0] == 500  # refused: basic auth cannot go off under connections
+        path.write_text(users)
+        assert s.get()[0] == 401 and s.get(auth=("alice", PASSWORD))[0] == 200
+        path.write_text("")
+        s.server.web_config = path  # a reload takes what it protects anew
+        assert s.get()[0] == 200
+
+
+def test_tls_cannot_be_turned_off_under_running_connections(
+    tmp_path: Path, pki: tuple[Authority, Pair]
+) -> None:
+    ca, server = pki
+    path = write(tmp_path, tls_config(server) + yaml_text("basic_auth_users:", f"  a: {HASH}"))
+    with Served(path) as s:
+        assert s.get(ctx=client_context(ca), auth=("a", PASSWORD))[0] == 200
+        write(tmp_path, yaml_text("basic_auth_users:", f"  a: {HASH}"))  # TLS gone
+        with pytest.raises((ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)):
+            s.get(ctx=client_context(ca), auth=("a", PASSWORD))
+        with pytest.raises((ConnectionError, http.client.RemoteDisconnected)):
+            s.get(auth=("a", PASSWORD))  # and no password crosses in clear
+
+
+def test_stalled_tls_handshakes_do_not_lock_a_scraper_out(
+    tmp_path: Path, pki: tuple[Authority, Pair]
+) -> None:
+    ca, server = pki
+    with Served(write(tmp_path, tls_config(server))) as s:
+        s.server.max_connections = 4
+        stalled = []
+        for _ in range(4):  # a ClientHello's record begun, then nothing: a handshake stalled
+            sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+            sock.sendall(b"\x16\x03\x01\x02\x00" + b"\x01\x00\x01\xfc\x03\x03")
+            stalled.append(sock)
+        wait_for(lambda: s.server.connections == 4, 5, "the stalled handshakes in")
+        try:
+            assert s.get(ctx=client_context(ca))[0] == 200  # one of them cut for it
+        finally:
+            for sock in stalled:
+                sock.close()
+
+
+def test_a_flood_of_wrong_passwords_evicts_no_good_verdict() -> None:
+    users = {"alice": HASH.encode()}
+    calls: list[bytes] = []
+
+    def checkpw(password: bytes, hashed: bytes) -> bool:
+        calls.append(password)
+        return password == PASSWORD
+
+    auth = webconfig.Auth(checkpw)
+    assert auth.check(users, "alice", PASSWORD)
+    for i in range(3 * webconfig.AUTH_CACHE):
+        assert not auth.check(users, "alice", f"wrong {i}".encode())
+    assert auth.cached(users, "alice", PASSWORD) is True  # no bcrypt for the scraper
+    changed = {"alice": webconfig.hash_password(b"new", 4).encode()}
+    assert auth.cached(changed, "alice", PASSWORD) is None  # (a new hash: checked again)
+
+
+def test_an_empty_client_ca_file_is_refused_not_the_system_store(
+    tmp_path: Path, pki: tuple[Authority, Pair]
+) -> None:
+    _, server = pki
+    empty = tmp_path / "empty-ca.pem"
+    empty.write_text("")
+    found = problems(
+        tls_config(
+            server, f"  client_ca_file: {empty}", "  client_auth_type: RequireAndVerifyClientCert"
+        ),
+        tmp_path,
+    )
+    assert any("client_ca_file: no PEM CA certificate in it" in p for p in found), found
+
+
+def test_a_key_pasted_under_key_file_is_refused_and_not_shown(
+    tmp_path: Path, pki: tuple[Authority, Pair]
+) -> None:
+    _, server = pki
+    pem = server.key.read_text()
+    text = yaml_text("tls_server_config:", f"  cert_file: {server.cert}", "  key_file: |")
+    found = problems(text + "".join(f"    {line}\n" for line in pem.splitlines()), tmp_path)
+    assert any("key_file: looks like PEM text, not a path: give it as key" in p for p in found)
+    body = pem.splitlines()[1]
+    assert all(body not in p for p in found)
+
+
+def test_allowed_ip_sans_are_compared_as_addresses(
+    tmp_path: Path, pki: tuple[Authority, Pair]
+) -> None:
+    _, server = pki
+    web = webconfig.parse(
+        tls_config(
+            server,
+            f"  client_ca_file: {server.cert}",
+            "  client_auth_type: RequireAndVerifyClientCert",
+            "  client_allowed_sans: ['2001:db8::1']",
+        ),
+        tmp_path / "w.yml",
+    )
+    assert web.tls is not None
+    python_says = {"subjectAltName": (("IP Address", "2001:DB8:0:0:0:0:0:1\n"),)}
+    assert webconfig.allowed_peer(web.tls, python_says)
+    other = {"subjectAltName": (("IP Address", "2001:DB8:0:0:0:0:0:2\n"),)}
+    assert not webconfig.allowed_peer(web.tls, other)
+
+
+def test_check_config_warns_of_hashes_of_different_costs(tmp_path: Path, cli: Cli) -> None:
+    dear = webconfig.hash_password(b"x", 5)
+    web = write(tmp_path, yaml_text("basic_auth_users:", f"  alice: {HASH}", f"  bob: {dear}"))
+    code, _, err = cli("check-config", str(a_config(tmp_path)), "--web.config.file", str(web))
+    assert code == 0
+    assert "hashes of different costs (4, 5)" in err
+    assert "basic auth without tls_server_config: passwords cross the network in clear" in err
