@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from exporter import __version__, config, logs, preflight, report, sources, webconfig
+from exporter import __version__, config, logs, preflight, report, sources, webconfig, webtls
 from exporter.kinds import Kinds, split_rules
 from exporter.logline import Batch
 from exporter.pipeline import tune_gc
@@ -368,7 +368,7 @@ def _check_config(path: Path, *, as_service: bool = False, web_config: Path | No
     described = []
     for web_path in webs:
         try:
-            web = webconfig.load(web_path, lambda p: preflight.seen_here(p, as_service=as_service))
+            web = webtls.load(web_path, lambda p: preflight.seen_here(p, as_service=as_service))
         except config.ConfigError as e:
             log.error("%s", e)
             found.append(str(e))
@@ -395,7 +395,7 @@ def _with_options(
     if web_config is not None:
         cfg = dataclasses.replace(cfg, web_config_file=web_config)
     if cfg.web_config_file is not None:
-        web = webconfig.load(cfg.web_config_file)
+        web = webtls.load(cfg.web_config_file)
         log.info("web config %s: %s", web.path, webconfig.describe(web))
         for warning in webconfig.warnings(web):
             log.warning("%s", warning)

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from exporter import webconfig
+from exporter import webauth, webconfig, webtls
 from exporter.collector import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Published
 from exporter.config import ConfigError
 
@@ -187,10 +187,10 @@ class HttpServer:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pages = pages
-        self.web: webconfig.Watched | None = None
+        self.web: webtls.Watched | None = None
         self.web_config = web_config  # (the setter: watched from here on)
-        self.auth = webconfig.Auth()
-        self.rate = webconfig.RateLimit(clock)
+        self.auth = webauth.Auth()
+        self.rate = webauth.RateLimit(clock)
         self._checking = 0  # password checks waiting or under way
         self._bcrypt: concurrent.futures.ThreadPoolExecutor | None = None
         self.host, self.port = host, port
@@ -233,7 +233,7 @@ class HttpServer:
     def web_config(self, path: Path | None) -> None:
         """(A new Watched even for the same path: what it protects is taken anew, as on a
         reload.)"""
-        self.web = None if path is None else webconfig.Watched(path)
+        self.web = None if path is None else webtls.Watched(path)
 
     def current_web(self) -> tuple[webconfig.WebConfig, ssl.SSLContext | None] | None:
         """The web config as of now (None: there is none); ConfigError while it is bad (logged
@@ -601,7 +601,7 @@ class _Connection(asyncio.Protocol):
         tls = self.tls
         if tls is not None:  # its ClientHello came whole; whether its request head will is open
             self.whole = False
-        if tls is not None and not webconfig.allowed_peer(
+        if tls is not None and not webtls.allowed_peer(
             tls, self.transport.get_extra_info("peercert")
         ):
             self.server.peer_refused(self.transport.get_extra_info("peername"))
@@ -685,7 +685,7 @@ class _Connection(asyncio.Protocol):
                 return
             if config.users:
                 authorization = _header(head.partition(b"\r\n")[2], b"authorization", False)
-                given = webconfig.credentials(authorization)
+                given = webauth.credentials(authorization)
                 if given is None:
                     self._unauthorized()
                     return

@@ -31,6 +31,7 @@ LEVELS: list[set[str]] = [
     {"exporter.pipeline", "exporter.report", "exporter.svg"},
     {"exporter.checkpoint", "exporter.collector", "exporter.notify", "exporter.pages"},
     {"exporter.webconfig"},
+    {"exporter.webtls", "exporter.webauth"},
     {"exporter.http", "exporter.preflight"},
     {"exporter.daemon"},
     {"exporter.demo"},

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from exporter.http import REFUSALS_LOG_EVERY_S
-from exporter.webconfig import hash_password
+from exporter.webauth import hash_password
 
 from support import prometheus as prom
 from support.certs import Authority, Pair

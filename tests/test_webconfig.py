@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from exporter import preflight, webconfig
+from exporter import preflight, webauth, webconfig, webtls
 from exporter.collector import Published, Renderer
 from exporter.config import ConfigError
 from exporter.http import MAX_PASSWORD_CHECKS, PLAIN_TO_TLS, WRITE_CHUNK, HttpServer, Pages
@@ -36,7 +36,7 @@ from support.exposition import snapshot
 from support.tools import REPO, wait_for, yaml_text
 
 PASSWORD = b"s3cret password"
-HASH = webconfig.hash_password(PASSWORD, 4)  # (cost 4: quick; the timing test uses 10)
+HASH = webauth.hash_password(PASSWORD, 4)  # (cost 4: quick; the timing test uses 10)
 
 
 def write(directory: Path, text: str, name: str = "web.yml") -> Path:
@@ -50,7 +50,7 @@ def write(directory: Path, text: str, name: str = "web.yml") -> Path:
 def problems(text: str, tmp_path: Path) -> list[str]:
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as e:
-        webconfig.load(path)
+        webtls.load(path)
     return e.value.problems
 
 
@@ -58,9 +58,9 @@ def problems(text: str, tmp_path: Path) -> list[str]:
 
 
 def test_an_empty_web_config_is_plain_http(tmp_path: Path) -> None:
-    web = webconfig.load(write(tmp_path, ""))
+    web = webtls.load(write(tmp_path, ""))
     assert web.tls is None and not web.users and web.headers == ()
-    assert webconfig.context(web) is None
+    assert webtls.context(web) is None
 
 
 def test_unknown_keys_are_refused_with_their_lines(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_relative_paths_resolve_against_the_web_configs_directory(tmp_path: Path
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     os.chdir(elsewhere)  # (not the web config's directory: relative to it, not to the cwd)
-    web = webconfig.load(
+    web = webtls.load(
         write(
             tmp_path,
             yaml_text(
@@ -193,7 +193,7 @@ def test_inline_cert_key_and_client_ca(tmp_path: Path) -> None:
     def block(path: Path) -> list[str]:
         return ["    " + line for line in path.read_text().splitlines()]
 
-    web = webconfig.load(
+    web = webtls.load(
         write(
             tmp_path,
             "\n".join(
@@ -213,7 +213,7 @@ def test_inline_cert_key_and_client_ca(tmp_path: Path) -> None:
     )
     assert web.tls is not None and web.tls.cert_file is None
     assert "PRIVATE KEY" not in repr(web)  # (the key is never shown)
-    assert webconfig.context(web) is not None
+    assert webtls.context(web) is not None
 
 
 @pytest.mark.parametrize(
@@ -254,7 +254,7 @@ def test_each_tls_key_reaches_the_ssl_context(
     ca = Authority(tmp_path)
     server = ca.server()
     ca_line = [f"  client_ca_file: {ca.path}"] if key == "client_auth_type" else []
-    web = webconfig.load(
+    web = webtls.load(
         write(
             tmp_path,
             yaml_text(
@@ -266,11 +266,11 @@ def test_each_tls_key_reaches_the_ssl_context(
             ),
         )
     )
-    ctx = webconfig.context(web)
+    ctx = webtls.context(web)
     assert ctx is not None
     assert callable(check) and check(ctx)
     if key == "prefer_server_cipher_suites":
-        default = webconfig.context(
+        default = webtls.context(
             webconfig.parse(
                 yaml_text(
                     "tls_server_config:",
@@ -287,16 +287,16 @@ def test_credentials_are_read_as_go_reads_them() -> None:
     def basic(raw: bytes) -> bytes:
         return b"Basic " + base64.b64encode(raw)
 
-    assert webconfig.credentials(basic(b"alice:pa:ss")) == ("alice", b"pa:ss")
-    assert webconfig.credentials(b"basic " + base64.b64encode(b"a:")) == ("a", b"")
+    assert webauth.credentials(basic(b"alice:pa:ss")) == ("alice", b"pa:ss")
+    assert webauth.credentials(b"basic " + base64.b64encode(b"a:")) == ("a", b"")
     for bad in (b"", b"Bearer x", b"Basic !!!", basic(b"no colon"), b"Basic"):
-        assert webconfig.credentials(bad) is None
+        assert webauth.credentials(bad) is None
 
 
 def test_an_unknown_user_is_checked_against_the_costliest_hash() -> None:
     cheap, dear = (
-        webconfig.hash_password(b"a", 4).encode(),
-        webconfig.hash_password(b"b", 6).encode(),
+        webauth.hash_password(b"a", 4).encode(),
+        webauth.hash_password(b"b", 6).encode(),
     )
     users = {"alice": cheap, "bob": dear}
     seen: list[tuple[bytes, bytes]] = []
@@ -305,7 +305,7 @@ def test_an_unknown_user_is_checked_against_the_costliest_hash() -> None:
         seen.append((password, hashed))
         return password == b"a" and hashed == cheap
 
-    auth = webconfig.Auth(checkpw)
+    auth = webauth.Auth(checkpw)
     assert auth.check(users, "alice", b"a")
     assert not auth.check(users, "mallory", b"a")
     assert seen[-1][1] == dear  # the same work as bob's: no user enumeration by timing
@@ -314,26 +314,26 @@ def test_an_unknown_user_is_checked_against_the_costliest_hash() -> None:
     assert auth.cached(users, "alice", b"a") is True
     assert auth.cached(users, "mallory", b"a") is False
     assert auth.cached(users, "alice", b"other") is None
-    for i in range(webconfig.AUTH_CACHE + 10):  # bounded
+    for i in range(webauth.AUTH_CACHE + 10):  # bounded
         auth.check(users, "alice", str(i).encode())
     assert (
         sum(
             1
-            for i in range(webconfig.AUTH_CACHE + 10)
+            for i in range(webauth.AUTH_CACHE + 10)
             if auth.cached(users, "alice", str(i).encode()) is not None
         )
-        == webconfig.AUTH_CACHE
+        == webauth.AUTH_CACHE
     )
 
 
 def test_an_unknown_user_costs_as_long_as_a_known_one() -> None:
-    users = {"alice": webconfig.hash_password(PASSWORD, 10).encode()}
+    users = {"alice": webauth.hash_password(PASSWORD, 10).encode()}
 
     def median_s(user: str) -> float:
         times = []
         for i in range(5):
             began = time.perf_counter()
-            assert not webconfig.Auth().check(users, user, f"wrong {i}".encode())
+            assert not webauth.Auth().check(users, user, f"wrong {i}".encode())
             times.append(time.perf_counter() - began)
         return statistics.median(times)
 
@@ -463,7 +463,7 @@ def test_http2_is_accepted_and_http_1_1_served(tmp_path: Path, pki: tuple[Author
     ca, server = pki
     for http2 in ("true", "false"):
         web = tls_config(server) + yaml_text("http_server_config:", f"  http2: {http2}")
-        assert webconfig.load(write(tmp_path, web)).http2 is (http2 == "true")
+        assert webtls.load(write(tmp_path, web)).http2 is (http2 == "true")
     bad = problems(
         tls_config(server) + yaml_text("http_server_config:", "  http2: maybe"), tmp_path
     )
@@ -604,7 +604,7 @@ def test_a_flood_of_wrong_passwords_holds_neither_connections_nor_worker_threads
 
     web = write(tmp_path, yaml_text("basic_auth_users:", f"  alice: {HASH}"))
     with Served(web) as s:
-        s.server.auth = webconfig.Auth(checkpw)
+        s.server.auth = webauth.Auth(checkpw)
         s.pages.metrics = Published(Renderer("1.2.3"), snapshot(requests=50), 0)
         assert s.get(auth=("alice", PASSWORD))[0] == 200  # (its verdict cached)
         flood = MAX_PASSWORD_CHECKS + 5
@@ -671,7 +671,7 @@ def test_a_changed_password_and_a_rotated_certificate_need_no_restart(
         assert s.get(ctx=ctx, auth=("alice", PASSWORD))[0] == 200
         first = peer_serial(s.port, ctx)
         assert first == server.serial()
-        write(tmp_path, web(webconfig.hash_password(new_password, 4)))
+        write(tmp_path, web(webauth.hash_password(new_password, 4)))
         assert s.get(ctx=ctx, auth=("alice", PASSWORD))[0] == 401
         assert s.get(ctx=ctx, auth=("alice", new_password))[0] == 200
         rotated = ca.server("rotated")  # then moved over the old files, as certbot does
@@ -874,12 +874,12 @@ def test_a_flood_of_wrong_passwords_evicts_no_good_verdict() -> None:
         calls.append(password)
         return password == PASSWORD
 
-    auth = webconfig.Auth(checkpw)
+    auth = webauth.Auth(checkpw)
     assert auth.check(users, "alice", PASSWORD)
-    for i in range(3 * webconfig.AUTH_CACHE):
+    for i in range(3 * webauth.AUTH_CACHE):
         assert not auth.check(users, "alice", f"wrong {i}".encode())
     assert auth.cached(users, "alice", PASSWORD) is True  # no bcrypt for the scraper
-    changed = {"alice": webconfig.hash_password(b"new", 4).encode()}
+    changed = {"alice": webauth.hash_password(b"new", 4).encode()}
     assert auth.cached(changed, "alice", PASSWORD) is None  # (a new hash: checked again)
 
 
@@ -925,13 +925,13 @@ def test_allowed_ip_sans_are_compared_as_addresses(
     )
     assert web.tls is not None
     python_says = {"subjectAltName": (("IP Address", "2001:DB8:0:0:0:0:0:1\n"),)}
-    assert webconfig.allowed_peer(web.tls, python_says)
+    assert webtls.allowed_peer(web.tls, python_says)
     other = {"subjectAltName": (("IP Address", "2001:DB8:0:0:0:0:0:2\n"),)}
-    assert not webconfig.allowed_peer(web.tls, other)
+    assert not webtls.allowed_peer(web.tls, other)
 
 
 def test_check_config_warns_of_hashes_of_different_costs(tmp_path: Path, cli: Cli) -> None:
-    dear = webconfig.hash_password(b"x", 5)
+    dear = webauth.hash_password(b"x", 5)
     web = write(tmp_path, yaml_text("basic_auth_users:", f"  alice: {HASH}", f"  bob: {dear}"))
     code, _, err = cli("check-config", str(a_config(tmp_path)), "--web.config.file", str(web))
     assert code == 0
