@@ -41,8 +41,8 @@ from exporter.timeline import Recent
 from exporter.times import iso
 
 log = logging.getLogger(__name__)
-# when, each node's recent intervals, each node's requests in flight (their starts)
-_ViewParts = tuple[int, dict[str, tuple[Interval, ...]], dict[str, tuple[int, ...]]]
+# when, each node's recent intervals, its requests in flight (their starts), its source's error
+_ViewParts = tuple[int, dict[str, tuple[Interval, ...]], dict[str, tuple[int, ...]], dict[str, str]]
 
 QUEUE_SIZE = 64
 TURN_BUDGET_S = 0.2  # batches applied per ingest turn, at most this long
@@ -93,6 +93,7 @@ class Daemon:
             names, self.since_us
         )  # where a node without position starts
         self._served: Snapshot = self.acc.snapshot()  # the last checkpointed snapshot
+        self._served_view: _ViewParts | None = None  # what the status pages showed with it
         self._failing = False
         # states in the order they were taken, and the newest written: a write that took its
         # state earlier but reaches the disk later (a worker thread still encoding when the
@@ -454,7 +455,7 @@ class Daemon:
             self.acc.nodes[node.name].newest_us = self.node_since[node.name]
             self._errors_logged[node.name] = 0
             self._start_source(node)
-        self._served = self.acc.snapshot()
+        self._served, self._served_view = self.acc.snapshot(), None
 
     async def _restart_source(self, node: NodeConfig, old: asyncio.Task[None] | None) -> None:
         """A changed node's source started again: once the old one has ended and everything it
@@ -563,13 +564,13 @@ class Daemon:
                     self.publish_seconds,
                 )
             self._failing = True
-            await self._publish(view)  # the same values, with the error counted
+            await self._publish(self._served_view)  # the same values, with the error counted
             self._notify()
             return
         if self._failing:
             log.info("checkpoint %s written again", self.checkpoint.path)
             self._failing = False
-        self._served = snapshot
+        self._served, self._served_view = snapshot, view
         await self._publish(view)
         self._notify()
 
@@ -596,14 +597,14 @@ class Daemon:
         self.pages.metrics = Published(
             self.renderer, self._served, self.checkpoint_errors, self.pages.metrics
         )
-        now_us, recent, in_flight = view if view is not None else self._view_parts()
+        now_us, recent, in_flight, errors = view if view is not None else self._view_parts()
         status = pages.StatusView(
             now_us=now_us,
             snapshot=self._served,
             kinds=self.config.kinds,
             recent=recent,
             in_flight=in_flight,
-            errors=dict(self._down_reason),
+            errors=errors,
             version=self.version,
         )
         self.pages.status = Page(
@@ -612,9 +613,12 @@ class Daemon:
         self.pages.api = Page(functools.partial(pages.status_json, status), "application/json")
 
     def _view_parts(self) -> _ViewParts:
-        """What the status pages show besides the snapshot, taken with it."""
+        """What the status pages show besides the snapshot, taken with it (the rings' part
+        older than the page's hour dropped: a ring that did not change is not copied)."""
+        now_us = self._now_us()
         in_flight = {n: tuple(ns.in_flight.values()) for n, ns in self.acc.nodes.items()}
-        return self._now_us(), self.recent.copy(), in_flight
+        recent = self.recent.copy(since_us=now_us - pages.StatusView.window_us)
+        return now_us, recent, in_flight, dict(self._down_reason)
 
     async def _publish(self, view: _ViewParts | None = None) -> None:
         """`publish`; and if the last one was scraped, whoever scrapes that often finds this one
@@ -659,7 +663,7 @@ class Daemon:
                 self.node_since[name] = self.acc.origin_us
         for note in notes:
             log.warning("checkpoint %s: %s", self.checkpoint.path, note)
-        self._served = self.acc.snapshot()
+        self._served, self._served_view = self.acc.snapshot(), None
         log.info(
             "resuming from checkpoint %s (%d nodes, accounted until %s)",
             self.checkpoint.path,

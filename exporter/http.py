@@ -113,6 +113,8 @@ class Page:
     def __init__(self, make: Callable[[], bytes], content_type: str) -> None:
         self.make, self.content_type = make, content_type
         self.body: bytes | None = None
+        self.making: asyncio.Future[bytes] | None = None  # (the server's, once asked for)
+        self.failed = False
         self._lock = threading.Lock()
 
     def made(self) -> bytes:
@@ -135,10 +137,12 @@ class Pages:
 
 @dataclass(frozen=True)
 class _Render:
-    """An answer whose body is not made yet: made in a worker thread, then answered."""
+    """An answer whose body is not made yet: made in a worker thread, then answered (a page:
+    once, in the pages' thread, for every request that asks for it meanwhile)."""
 
     make: Callable[[], bytes]
     answer: Callable[[bytes], _Answer]
+    page: Page | None = None
 
 
 @dataclass
@@ -193,6 +197,7 @@ class HttpServer:
         self.rate = webauth.RateLimit(clock)
         self._checking = 0  # password checks waiting or under way
         self._bcrypt: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pages: concurrent.futures.ThreadPoolExecutor | None = None
         self.host, self.port = host, port
         self.max_connections = max_connections
         self.head_seconds, self.write_seconds = head_seconds, write_seconds
@@ -288,8 +293,9 @@ class HttpServer:
         self._listeners = []
         if self._sweep is not None:
             self._sweep.cancel()
-        if self._bcrypt is not None:
-            self._bcrypt.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._bcrypt, self._pages):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
         if not self._open:
             return
         self._all_gone = self.loop.create_future()
@@ -314,6 +320,16 @@ class HttpServer:
 
     def _checked(self, _: asyncio.Future[bool]) -> None:
         self._checking -= 1
+
+    def making(self, page: Page) -> asyncio.Future[bytes]:
+        """The page being made, in the pages' own thread (one page at a time, and never in the
+        default executor, where /metrics is rendered and checkpoints are written), once for
+        every request that asks for it."""
+        if page.making is None or page.making.cancelled():  # (a server closed meanwhile)
+            if self._pages is None:
+                self._pages = concurrent.futures.ThreadPoolExecutor(1, "smllm-pages")
+            page.making = self.loop.run_in_executor(self._pages, page.made)
+        return page.making
 
     @property
     def password_checks(self) -> int:
@@ -524,13 +540,20 @@ class HttpServer:
         return 404, "text/plain", b"not found\n", []
 
 
+# The status pages load and run nothing (defence in depth: what they show is escaped).
+PAGE_HEADERS = [
+    "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'",
+    "X-Content-Type-Options: nosniff",
+]
+
+
 def _page(page: Page | None) -> _Answer | _Render:
     if page is None:
         return 503, "text/plain", b"no snapshot yet\n", []
     ctype = page.content_type
     if page.body is not None:
-        return 200, ctype, page.body, []
-    return _Render(page.made, lambda body: (200, ctype, body, []))
+        return 200, ctype, page.body, PAGE_HEADERS
+    return _Render(page.made, lambda body: (200, ctype, body, PAGE_HEADERS), page)
 
 
 TOO_MANY_CHECKS: _Answer = (
@@ -724,17 +747,29 @@ class _Connection(asyncio.Protocol):
             self._send(answer)
             return
         self.server._enter(self, _ANSWER)
-        self.rendering = asyncio.ensure_future(asyncio.to_thread(answer.make))
+        if answer.page is not None:  # (its own future: cancelling it leaves the making alone)
+            self.rendering = asyncio.shield(self.server.making(answer.page))
+        else:
+            self.rendering = asyncio.ensure_future(asyncio.to_thread(answer.make))
         self.rendering.add_done_callback(functools.partial(self._rendered, answer))
 
     def _rendered(self, render: _Render, rendering: asyncio.Future[bytes]) -> None:
         self.rendering = None
-        if self.gone or rendering.cancelled():
+        if self.gone:
+            return
+        if rendering.cancelled():  # (its server closing): nothing to answer with
+            self.cut()
             return
         error = rendering.exception()
         if error is not None:
-            log.error("http: cannot render a page", exc_info=error)
-            self.cut()
+            if render.page is None or not render.page.failed:
+                log.error("http: cannot render a page", exc_info=error)
+            if render.page is not None:
+                render.page.failed = True  # (logged once for this snapshot, 500 each time)
+                self._send((500, "text/plain", b"this page cannot be made: see the log\n", []))
+                self._next()
+            else:
+                self.cut()
             return
         self._send(render.answer(rendering.result()))
         self._next()

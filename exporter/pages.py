@@ -15,12 +15,13 @@ since the epoch and every duration a float of seconds (as the report's JSON):
     {"version", "generated_at", "watermark", "window": {"start", "end", "seconds"},
      "kinds": [...], "nodes": [{"name", "busy", "slots", "slots_in_use", "in_flight",
        "oldest_in_flight_age_seconds", "in_flight_starts": [...], "last_end", "followed",
-       "lag_seconds", "last_error", "server_up", "requests_kept",
+       "lag_seconds", "last_error", "server_up", "requests_kept", "requests_in_window",
        "requests": [{"start", "end", "kind", "outcome", "tokens"}]}],
      "concurrency": [{"start", "end", "nodes"}]}
 
 `requests` are the node's intervals of the window the status page draws ("kind" "" for an
-occupancy without timing, as on the timeline; null values where not known), `concurrency` the
+occupancy without timing, as on the timeline; null values where not known), the newest
+API_REQUESTS of them (`requests_in_window` says how many the window holds), `concurrency` the
 exact steps of how many nodes were busy (requests in flight included), covering the window.
 """
 
@@ -47,6 +48,7 @@ from exporter.timeline import (
 )
 
 STATUS_MAX_RECTS = 4000  # finished intervals the status page draws one by one, then bins
+API_REQUESTS = 1000  # a node's requests /api/status lists (the newest of the window)
 MIN_SVG_PX = 900  # narrower screens scroll the timeline sideways (its labels stay readable)
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 CSS = """
@@ -113,7 +115,7 @@ def status_html(view: StatusView) -> bytes:
         f" · sm-llm-exporter {escape(view.version)}</p>"
     )
     head = f'<meta http-equiv="refresh" content="{int(view.refresh_s)}">'
-    return _document("sm-llm-exporter status", head, body).encode()
+    return _document("sm-llm-exporter status", head, body).encode("utf-8", "replace")
 
 
 def status_json(view: StatusView) -> bytes:
@@ -122,6 +124,7 @@ def status_json(view: StatusView) -> bytes:
     nodes = []
     for n in view.snapshot.nodes:
         reqs = [iv for iv in view.recent.get(n.name, ()) if _in_window(iv, lo, hi)]
+        shown = reqs[-API_REQUESTS:]  # (the newest: the document stays bounded)
         starts = sorted(view.in_flight.get(n.name, ()))
         nodes.append(
             {
@@ -138,6 +141,7 @@ def status_json(view: StatusView) -> bytes:
                 "last_error": view.errors.get(n.name, ""),
                 "server_up": n.server_up,
                 "requests_kept": len(view.recent.get(n.name, ())),
+                "requests_in_window": len(reqs),
                 "requests": [
                     {
                         "start": iv.start_us / SECOND,
@@ -146,7 +150,7 @@ def status_json(view: StatusView) -> bytes:
                         "outcome": outcome(iv),
                         "tokens": iv.tokens,
                     }
-                    for iv in reqs
+                    for iv in shown
                 ],
             }
         )
@@ -162,7 +166,8 @@ def status_json(view: StatusView) -> bytes:
             for s in _status_steps(view, lo, hi)
         ],
     }
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "replace") + b"\n"  # (a lone surrogate: never a failed page)
 
 
 def _status_window(view: StatusView) -> tuple[Window, list[Step]]:

@@ -68,7 +68,7 @@ def timeline(
     y = 6
     for name in w.nodes:
         lane = w.lanes[name]
-        rows = min(MAX_ROWS, 1 + max((iv.slot or 0 for iv in lane.kept), default=0))
+        rows = min(MAX_ROWS, 1 + max((max(0, iv.slot or 0) for iv in lane.kept), default=0))
         lane_h = BIN_LANE_H if w.binned else max(LANE_H, ROW_H * rows)
         row_h = lane_h / rows
         tracks.append(f'<rect class="track" x="{X0}" y="{y}" width="{X1 - X0}" height="{lane_h}"/>')
@@ -98,7 +98,7 @@ def timeline(
                 kind, out = kind_of(iv, kinds), outcome(iv)
                 fill = colours.get(kind, PALETTE[0]) if out == "timed" else OUTCOME_FILL[out]
                 tokens = "" if iv.tokens is None else f", {iv.tokens} tokens"
-                row = min(iv.slot or 0, rows - 1)
+                row = max(0, min(iv.slot or 0, rows - 1))  # (a slot id -1 logged: row 0)
                 part.append(
                     f'<rect class="request" data-kind="{escape(kind)}" data-outcome="{out}" '
                     f'data-start="{iv.start_us}" data-end="{iv.end_us}" '

@@ -55,6 +55,8 @@ class Recent:
     def __init__(self, nodes: Iterable[str], size: int = RING_SIZE) -> None:
         self.size = size
         self.rings: dict[str, deque[Interval]] = {n: deque(maxlen=size) for n in nodes}
+        # per node, the last copy: (its newest interval, the tuple)
+        self._copies: dict[str, tuple[Interval | None, tuple[Interval, ...]]] = {}
 
     def add_all(self, recs: Iterable[Record]) -> None:
         """Keep the intervals (in the order given), but none of reason `lost` (its end is not
@@ -72,8 +74,24 @@ class Recent:
         old = self.rings
         self.rings = {n: old[n] if n in old else deque(maxlen=self.size) for n in wanted}
 
-    def copy(self) -> dict[str, tuple[Interval, ...]]:
-        return {n: tuple(ring) for n, ring in self.rings.items()}
+    def copy(self, since_us: int | None = None) -> dict[str, tuple[Interval, ...]]:
+        """Each node's ring as it is (its intervals ending at `since_us` or later: the older
+        ones, oldest first, are dropped from the ring now). A ring that did not change since
+        the last copy costs nothing: its tuple is the last one."""
+        out = {}
+        for n, ring in self.rings.items():
+            if since_us is not None:
+                while ring and ring[0][2] < since_us:
+                    ring.popleft()
+            last = self._copies.get(n)
+            if (
+                last is None
+                or len(last[1]) != len(ring)
+                or last[0] is not (ring[-1] if ring else None)
+            ):
+                last = self._copies[n] = (ring[-1] if ring else None, tuple(ring))
+            out[n] = last[1]
+        return out
 
 
 def union(spans: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:

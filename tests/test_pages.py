@@ -299,7 +299,11 @@ def test_a_crowded_status_page_is_binned() -> None:
     total = sum(int(e.attrs["data-requests"]) for e in page.find("rect", "bin"))
     assert total == sum(len(v) for v in kept.values())
     data = json.loads(pages.status_json(view))
-    assert sum(len(n["requests"]) for n in data["nodes"]) == total
+    assert sum(n["requests_in_window"] for n in data["nodes"]) == total
+    for n in data["nodes"]:  # the newest API_REQUESTS of each node: a bounded document
+        newest = sorted(kept[n["name"]], key=lambda iv: iv.end_us)[-pages.API_REQUESTS :]
+        assert len(n["requests"]) == min(pages.API_REQUESTS, len(kept[n["name"]]))
+        assert {r["end"] for r in n["requests"]} == {iv.end_us / SECOND for iv in newest}
     # a ring holds the last RING_SIZE of a node: the page says when the window reaches further
     full = [n for n, ivs in view.recent.items() if len(ivs) == RING_SIZE and ivs[0].end_us > lo]
     assert full  # (this load fills them)
@@ -330,3 +334,20 @@ def test_max_rects_is_what_the_report_draws_one_by_one() -> None:
     assert sum(int(e.attrs["data-requests"]) for e in bins) == MAX_RECTS + 1 + len(at_once)
     idle = [e for e in bins if float(e.attrs["data-busy"]) == 0]
     assert [int(e.attrs["data-requests"]) for e in idle] == [1, 1]
+
+
+def test_a_negative_slot_and_a_lone_surrogate_are_drawn_not_failed() -> None:
+    now = T0 + 3600 * SECOND
+    view = status_view([], ["a"], now, {}, errors={"a": "bad \udc80 byte"})
+    odd = [
+        Interval("a", now - 100 * SECOND, now - 90 * SECOND, 700, slot=-1),
+        Interval("a", now - 80 * SECOND, now - 70 * SECOND, 700, slot=1),
+    ]
+    view = pages.StatusView(**{**view.__dict__, "recent": {"a": tuple(odd)}})
+    page = parse(pages.status_html(view))
+    (track, *_) = page.find("rect", "track")  # the first lane's background
+    top, height = float(track.attrs["y"]), float(track.attrs["height"])
+    ys = [float(r.attrs["y"]) for r in page.find("rect", "request")]
+    assert len(ys) == 2 and all(top <= y < top + height for y in ys), (top, height, ys)
+    data = json.loads(pages.status_json(view))
+    assert data["nodes"][0]["last_error"] == "bad ? byte"  # (the byte it cannot encode)

@@ -299,3 +299,18 @@ def test_an_empty_window() -> None:
     binned = Window(["a"], T0, T0, max_rects=0)
     binned.add_all([iv("a", T0 - 5, T0)])
     assert binned.binned and binned.requests() == 1 and binned.concurrency() == []
+
+
+def test_a_ring_copy_drops_what_is_older_than_asked_and_reuses_an_unchanged_one() -> None:
+    recent = Recent(["a", "b"], size=5)
+    recent.add_all([Interval("a", t, t + 10) for t in range(0, 100, 10)])
+    first = recent.copy()
+    assert [iv.start_us for iv in first["a"]] == [50, 60, 70, 80, 90] and first["b"] == ()
+    again = recent.copy()
+    assert again["a"] is first["a"] and again["b"] is first["b"]  # (nothing new: no copy)
+    pruned = recent.copy(since_us=75)  # ends at 75 or later: 70..80 on
+    assert [iv.start_us for iv in pruned["a"]] == [70, 80, 90]
+    assert len(recent.rings["a"]) == 3  # dropped from the ring itself (memory)
+    recent.add_all([Interval("a", 100, 110)])
+    newer = recent.copy()
+    assert newer["a"] is not pruned["a"] and newer["a"][-1].start_us == 100
