@@ -601,8 +601,8 @@ class Checker:
                 None,
                 "must be a lower-case name (a-z, 0-9, _), not idle or unknown",
             )
-            lo = self.get(k, "min_tokens", path, _count, None, "must be an integer >= 0")
-            hi = self.get(k, "max_tokens", path, _count, None, "must be an integer >= 0")
+            lo = self.get(k, "min_tokens", path, as_count, None, "must be an integer >= 0")
+            hi = self.get(k, "max_tokens", path, as_count, None, "must be an integer >= 0")
             if "name" not in k:
                 self.problem(path, "a kind needs a name")
             if lo is not None and hi is not None and lo > hi:
@@ -706,7 +706,7 @@ class Checker:
                 n, "known_hosts", path, self._path, self._default_known_hosts(), "must be a path"
             ),
             verify_host_key=self.get(
-                n, "verify_host_key", path, _bool, True, "must be true or false"
+                n, "verify_host_key", path, as_bool, True, "must be true or false"
             ),
             client_keys=self.get(
                 n, "client_keys", path, self._paths, (), "must be a list of paths"
@@ -978,7 +978,8 @@ def _positive_int(value: Any) -> int:
     return value
 
 
-def _count(value: Any) -> int:
+def as_count(value: Any) -> int:
+    """An integer 0 or more (not a bool); ValueError else (a Checker.get kind)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError("")
     return value
@@ -997,7 +998,8 @@ def _port(value: Any) -> int:
     return port
 
 
-def _bool(value: Any) -> bool:
+def as_bool(value: Any) -> bool:
+    """true or false; ValueError else (a Checker.get kind)."""
     if not isinstance(value, bool):
         raise ValueError("")
     return value

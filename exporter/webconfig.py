@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.config import Checker, ConfigError, document, show
+from exporter.config import Checker, ConfigError, as_bool, as_count, document, show
 
 TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"}
 TLS_KEYS = {
@@ -141,14 +141,14 @@ def parse(text: str, path: Path) -> WebConfig:
         checker, checker.mapping(top.get("tls_server_config"), "tls_server_config", TLS_KEYS), base
     )
     http = checker.mapping(top.get("http_server_config"), "http_server_config", HTTP_KEYS)
-    http2 = checker.get(http, "http2", "http_server_config", _bool, True, "must be true or false")
+    http2 = checker.get(http, "http2", "http_server_config", as_bool, True, "must be true or false")
     headers = _headers(checker, http.get("headers"))
     users = _users(checker, top.get("basic_auth_users"))
     rate = checker.mapping(top.get("rate_limit"), "rate_limit", RATE_KEYS)
     interval = checker.get(
         rate, "interval", "rate_limit", _duration, 0.0, 'must be a duration like "1s" or "250ms"'
     )
-    burst = checker.get(rate, "burst", "rate_limit", _count, 0, "must be an integer 0 or more")
+    burst = checker.get(rate, "burst", "rate_limit", as_count, 0, "must be an integer 0 or more")
     if interval and not burst:
         checker.problem("rate_limit.burst", "must be at least 1 when an interval is set")
     if checker.problems:
@@ -270,7 +270,7 @@ def _tls(checker: Checker, d: dict[str, Any], base: Path) -> Tls | None:
     elif curves and isinstance(curves[0], str):
         curve = CURVES.get(curves[0])
     prefer = checker.get(
-        d, "prefer_server_cipher_suites", where, _bool, True, "must be true or false"
+        d, "prefer_server_cipher_suites", where, as_bool, True, "must be true or false"
     )
     return Tls(
         cert_file, key_file, cert, key, ca_file, ca, str(auth), allowed, low, high,
@@ -352,18 +352,6 @@ def _users(checker: Checker, value: Any) -> dict[str, bytes]:
 
 def _text(value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise ValueError("")
-    return value
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError("")
-    return value
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError("")
     return value
 
