@@ -28,10 +28,11 @@ from typing import Any
 
 from exporter import __version__, changes, pages, sources
 from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
+from exporter.answers import Page, Pages
 from exporter.checkpoint import Checkpoint, CheckpointError, StateLock
 from exporter.collector import Published, Renderer
 from exporter.config import Config, NodeConfig
-from exporter.http import HttpServer, Page, Pages, fd_budget
+from exporter.http import HttpServer, fd_budget
 from exporter.logline import Batch, Event, EventKind, Interval, Record
 from exporter.notify import Notifier
 from exporter.parse import Parser

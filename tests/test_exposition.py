@@ -29,6 +29,7 @@ from prometheus_client.openmetrics import exposition, parser
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import _compiled
+from exporter.answers import Pages, wants_openmetrics
 from exporter.collector import (
     CONTENT_TYPE,
     OPENMETRICS_CONTENT_TYPE,
@@ -36,7 +37,7 @@ from exporter.collector import (
     Published,
     Renderer,
 )
-from exporter.http import HttpServer, Pages, wants_openmetrics
+from exporter.http import HttpServer
 
 from support.exposition import START, reference, rich_accounting, snapshot, traffic
 from support.scrape import http_get

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from exporter.accounting import CLOCK_ALLOWANCE_US, SECOND, Accounting, state_of
+from exporter.answers import Pages, accepts_gzip
 from exporter.checkpoint import NAME as CHECKPOINT_NAME
 from exporter.checkpoint import Checkpoint
 from exporter.config import Config, ConfigError, FileNode, parse
 from exporter.daemon import Daemon
 from exporter.demo import DemoLine, short_iso
-from exporter.http import HttpServer, Pages, accepts_gzip
+from exporter.http import HttpServer
 from exporter.kinds import DEFAULT_RULES, Kinds
 from exporter.logline import Batch, Event, EventKind, Interval, LogLine, Record
 from exporter.parse import PID_GONE_US, Parser

@@ -46,6 +46,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.accounting import Accounting
+from exporter.answers import Pages
 from exporter.collector import Published, Renderer
 from exporter.http import (
     DEFER_ACCEPT_S,
@@ -56,7 +57,6 @@ from exporter.http import (
     MAX_CONNECTIONS,
     WRITE_S,
     HttpServer,
-    Pages,
 )
 from exporter.kinds import DEFAULT_RULES, Kinds
 

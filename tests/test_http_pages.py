@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
+from exporter.answers import PAGE_HEADERS, Page
 from exporter.collector import Published, Renderer
-from exporter.http import PAGE_HEADERS, Page
 
 from support.exposition import snapshot
 from support.served import Served

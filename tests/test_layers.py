@@ -31,7 +31,7 @@ LEVELS: list[set[str]] = [
     {"exporter.pipeline", "exporter.report", "exporter.svg"},
     {"exporter.checkpoint", "exporter.collector", "exporter.notify", "exporter.pages"},
     {"exporter.webconfig"},
-    {"exporter.webtls", "exporter.webauth"},
+    {"exporter.webtls", "exporter.webauth", "exporter.answers"},
     {"exporter.http", "exporter.preflight"},
     {"exporter.daemon"},
     {"exporter.demo"},

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.answers import wants_openmetrics
 from exporter.collector import OPENMETRICS_CONTENT_TYPE
-from exporter.http import wants_openmetrics
 
 from support import prometheus as prom
 from support.daemon_process import DaemonProcess

@@ -10,7 +10,8 @@ import ssl
 import threading
 from pathlib import Path
 
-from exporter.http import HttpServer, Pages
+from exporter.answers import Pages
+from exporter.http import HttpServer
 
 from support.certs import Authority, Pair
 
