@@ -653,6 +653,7 @@ def test_each_phase_ends_at_its_deadline() -> None:
     with _Served(_big_pages(), head_seconds=limit, write_seconds=limit, idle_seconds=limit) as s:
         began = time.monotonic()
         slow = _connect(s.port, b"GET /metrics HTTP/1.1\r\n")
+        asked = time.monotonic()  # (the server's idle deadline starts between these two)
         idle = _connect(s.port, b"GET /-/healthy HTTP/1.1\r\n\r\n")
         assert _read_answer(idle) == ("", len(_HEALTHY), b"")
         answered = time.monotonic()
@@ -661,6 +662,7 @@ def test_each_phase_ends_at_its_deadline() -> None:
         for name, sock in (("slow", slow), ("idle", idle)):
             assert _until_closed(sock) == b"", name
             ends[name] = time.monotonic() - (began if name == "slow" else answered)
+        idle_at_least = ends["idle"] + (answered - asked)  # (its deadline began after `asked`)
         s.connections(0)  # the one that never reads too (its end waits behind its answer)
         ends["unread"] = time.monotonic() - answered
         began = time.monotonic()
@@ -669,7 +671,8 @@ def test_each_phase_ends_at_its_deadline() -> None:
         ends["silent"] = time.monotonic() - began
         for sock in (slow, idle, unread, silent):
             sock.close()
-        assert all(limit <= ends[name] < limit + 0.5 for name in ("slow", "idle", "unread")), ends
+        assert all(ends[name] < limit + 0.5 for name in ("slow", "idle", "unread")), ends
+        assert limit <= ends["slow"] and limit <= idle_at_least and limit <= ends["unread"], ends
         assert limit <= ends["silent"] < DEFER_ACCEPT_S + limit + 1, ends
         assert not s.well()
 
