@@ -69,6 +69,7 @@ bench: venv deps
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/ssh.py
 	$(BIN)/python bench/soak.py
+	$(BIN)/python bench/backfill.py
 
 clean:
 	rm -rf .demo $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -7,12 +7,23 @@ import asyncio
 import dataclasses
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from exporter import __version__, config, logs, preflight, report, sources, webconfig, webtls
+from exporter import (
+    __version__,
+    backfill,
+    config,
+    logs,
+    preflight,
+    report,
+    sources,
+    webconfig,
+    webtls,
+)
 from exporter.kinds import Kinds, split_rules
 from exporter.logline import Batch
 from exporter.pipeline import tune_gc
@@ -29,6 +40,15 @@ def _time(text: str) -> int:
             f"not a time: {text!r} (ISO 8601 like 2026-09-22T07:32:55, UTC without an offset; "
             f"now; or -30m, -24h, -7d)"
         ) from None
+
+
+def _step(text: str) -> int:
+    """A step like 15s, 1m, 2h (or seconds) -> microseconds: 1 s .. 1 day."""
+    m = re.fullmatch(r"(\d+)([smh]?)", text.strip())
+    us = 0 if m is None else int(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[m[2]] * SECOND
+    if not SECOND <= us <= 86_400 * SECOND:
+        raise argparse.ArgumentTypeError(f"--step must be 1s .. 24h (15s, 1m), got {text!r}")
+    return us
 
 
 def _ranged(lo: int, hi: int, what: str) -> Callable[[str], int]:
@@ -228,10 +248,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     rp.add_argument(
         "--format",
-        choices=["text", "json", "html"],
+        choices=["text", "json", "html", "openmetrics"],
         default="text",
-        help="text (the seed's tables), json, or html: one self-contained page with the "
-        "tables, the timeline and the charts (default: text)",
+        help="text (the seed's tables), json, html (one self-contained page with the tables, "
+        "the timeline and the charts), or openmetrics (what /metrics would have served at every "
+        "--step, timestamped, for `promtool tsdb create-blocks-from openmetrics`; with --output "
+        "or --output-dir). Default: text",
+    )
+    rp.add_argument(
+        "--step",
+        type=_step,
+        default=15 * SECOND,
+        metavar="DURATION",
+        help="openmetrics: a sample every DURATION (15s, 1m; default 15s)",
+    )
+    rp.add_argument(
+        "--output-dir",
+        type=Path,
+        metavar="DIR",
+        help="openmetrics: one file per two hours (promtool's block), each valid on its own",
     )
     rp.add_argument(
         "--output",
@@ -472,11 +507,29 @@ def _report(args: argparse.Namespace) -> int:
         timeline=args.format == "html",
     )
     entries = 0
+    replay = None
+    if args.format == "openmetrics":
+        if (args.output is None) == (args.output_dir is None):
+            log.error("--format openmetrics writes files: give --output FILE or --output-dir DIR")
+            return 2
+        settings = backfill.Settings(
+            kinds,
+            max_request_us=max_request_us,
+            stall_us=cfg.stall_seconds * SECOND,
+            buckets_s=cfg.duration_buckets,
+            slots=cfg.slots,
+            clock_allowance_us=cfg.clock_allowance_seconds * SECOND,
+        )
+        replay = backfill.Replay(
+            [n.name for n in nodes], settings, args.since, args.until, args.step
+        )
 
     def add(batch: Batch) -> None:
         nonlocal entries
         entries += batch.entries
         builder.add(batch)
+        if replay is not None:
+            replay.add(batch)
 
     failed = asyncio.run(
         sources.read_windows(nodes, args.since, args.until + max_request_us, add, progress)
@@ -508,6 +561,8 @@ def _report(args: argparse.Namespace) -> int:
             len(nodes),
             ", ".join(failed),
         )
+    if replay is not None:
+        return _backfill(replay, args.output, args.output_dir) or (1 if failed else 0)
     if args.format == "html":
         from exporter import pages  # (the text and JSON need none of it)
 
@@ -524,6 +579,27 @@ def _report(args: argparse.Namespace) -> int:
             return 1
         log.info("wrote %s (%d bytes)", args.output, len(text.encode()))
     return 1 if failed else 0
+
+
+def _backfill(replay: backfill.Replay, output: Path | None, directory: Path | None) -> int:
+    """The replay's samples into `output`, or one file a part into `directory`."""
+    try:
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            files = backfill.write(
+                replay.snapshots(),
+                lambda part: directory / f"smllm-{part:05d}.om",
+                __version__,
+                backfill.BLOCK_S,
+            )
+        else:
+            assert output is not None
+            files = backfill.write(replay.snapshots(), lambda _: output, __version__)
+    except OSError as e:
+        log.error("cannot write the backfill: %s", e)
+        return 1
+    log.info("wrote %d file(s): %s", len(files), ", ".join(map(str, files[:3])))
+    return 0
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -30,6 +30,7 @@ LEVELS: list[set[str]] = [
     {"exporter.sources"},
     {"exporter.pipeline", "exporter.report", "exporter.svg"},
     {"exporter.checkpoint", "exporter.collector", "exporter.notify", "exporter.pages"},
+    {"exporter.backfill"},
     {"exporter.webconfig"},
     {"exporter.webtls", "exporter.webauth", "exporter.answers"},
     {"exporter.http", "exporter.preflight"},

@@ -1,0 +1,187 @@
+"""Past windows as the daemon would have served them, every step: OpenMetrics for backfill.
+
+`Replay` runs the daemon's own ingest step (pipeline.apply_batch, the parser's flush, the
+accounting's watermark) over a window's lines in time order, with "now" moving one `step` at a
+time: at each step every node's lines up to then are in, and the snapshot is what /metrics
+would have shown at that moment (the watermark-accounted counters as of that step's watermark,
+the gauges as of the step). Counters start at 0 at `since`.
+
+`write` renders each snapshot as the daemon renders it (collector.Renderer, OpenMetrics) and
+writes the samples with their timestamps in the form `promtool tsdb create-blocks-from
+openmetrics` takes: each series' samples together and in time order, `# EOF` at the end. The
+process's own metrics and smllm_exporter_build_info are left out. With `part_seconds` it writes
+one file per part (promtool's blocks are two hours: a part of that is one block), each valid on
+its own, so memory holds one part's samples at a time, whatever the window.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.accounting import SECOND, Accounting, Snapshot
+from exporter.collector import Renderer
+from exporter.kinds import Kinds
+from exporter.logline import Batch, LogLine
+from exporter.parse import Parser
+from exporter.pipeline import apply_batch
+
+BLOCK_S = 2 * 3600  # promtool's block: a part of the output
+LEFT_OUT = ("smllm_exporter_build_info",)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the daemon's config says of accounting (the same defaults)."""
+
+    kinds: Kinds
+    max_request_us: int = 600 * SECOND
+    stall_us: int = 300 * SECOND
+    buckets_s: tuple[float, ...] | None = None
+    slots: int = 1
+    clock_allowance_us: int = 60 * SECOND
+
+
+class Replay:
+    """Every node's lines of a window, then `snapshots` from since to until, one a step."""
+
+    def __init__(
+        self, nodes: Sequence[str], settings: Settings, since_us: int, until_us: int, step_us: int
+    ) -> None:
+        if step_us <= 0 or until_us < since_us:
+            raise ValueError("step must be positive and until at or after since")
+        self.nodes, self.settings = list(nodes), settings
+        self.since_us, self.until_us, self.step_us = since_us, until_us, step_us
+        self.lines: dict[str, list[LogLine]] = {n: [] for n in nodes}
+        self.errors: dict[str, list[tuple[int, str]]] = {n: [] for n in nodes}  # (at line, text)
+        # (lines so far, entries): what each batch read, counted with its last line's step
+        self.entries: dict[str, list[tuple[int, int]]] = {n: [] for n in nodes}
+
+    def add(self, batch: Batch) -> None:
+        """One source Batch (a node's, in order): its lines, and its unreadable lines' errors
+        (counted where they came, as the daemon counts them)."""
+        lines = self.lines[batch.node]
+        lines.extend(batch.lines)
+        self.errors[batch.node].extend((len(lines), e) for e in batch.errors)
+        self.entries[batch.node].append((len(lines), batch.entries))
+
+    def snapshots(self) -> Iterator[tuple[int, Snapshot]]:
+        s = self.settings
+        extra = {} if s.buckets_s is None else {"buckets_s": s.buckets_s}
+        acc = Accounting(
+            self.nodes,
+            s.kinds,
+            origin_us=self.since_us,
+            max_request_us=s.max_request_us,
+            stall_us=s.stall_us,
+            clock_allowance_us=s.clock_allowance_us,
+            **extra,
+        )
+        parsers = {n: Parser(n, slots=s.slots, gone_us=s.max_request_us) for n in self.nodes}
+        times = {n: [line.time_us for line in lines] for n, lines in self.lines.items()}
+        done = dict.fromkeys(self.nodes, 0)
+        errors_done = dict.fromkeys(self.nodes, 0)
+        entries_done = dict.fromkeys(self.nodes, 0)
+        t = self.since_us
+        while True:
+            for n in self.nodes:
+                lines, i = self.lines[n], done[n]
+                j = bisect.bisect_right(times[n], t, lo=i)
+                errs = self.errors[n]
+                k = errors_done[n]
+                while k < len(errs) and errs[k][0] <= j:
+                    k += 1
+                read, e, entries = self.entries[n], entries_done[n], 0
+                while e < len(read) and read[e][0] <= j:
+                    entries += read[e][1]
+                    e += 1
+                entries_done[n] = e
+                batch = Batch(
+                    n,
+                    tuple(lines[i:j]),
+                    entries=entries,
+                    newest_us=lines[j - 1].time_us if j > i else None,
+                    caught_up=True,
+                    errors=tuple(e for _, e in errs[errors_done[n] : k]),
+                )
+                apply_batch(batch, parsers[n], acc, t)
+                done[n], errors_done[n] = j, k
+                flushed = parsers[n].flush(acc.read_until(n, t))
+                if flushed:
+                    acc.add_all(flushed)
+            acc.advance(t)
+            yield t, acc.snapshot()
+            if t >= self.until_us:
+                return
+            t = min(t + self.step_us, self.until_us)
+
+
+def write(
+    snapshots: Iterator[tuple[int, Snapshot]],
+    out: Callable[[int], Path],
+    version: str,
+    part_seconds: int | None = None,
+) -> list[Path]:
+    """The snapshots as OpenMetrics with timestamps, into `out(part)` (one part, 0, when
+    `part_seconds` is None); returns the files written."""
+    renderer = Renderer(version)
+    written: list[Path] = []
+    part, first_us = -1, None
+    families: dict[str, tuple[list[str], dict[str, list[str]]]] = {}
+    for t, snap in snapshots:
+        first_us = t if first_us is None else first_us
+        this = 0 if part_seconds is None else t // (part_seconds * SECOND)  # (as promtool)
+        if this != part:
+            if families:
+                written.append(_flush(families, out(part)))
+            families, part = {}, this
+        _take(renderer.openmetrics_text(snap), t, families)
+    if families or not written:
+        written.append(_flush(families, out(max(part, 0))))
+    return written
+
+
+def _take(
+    text: str, t_us: int, families: dict[str, tuple[list[str], dict[str, list[str]]]]
+) -> None:
+    """One exposition's samples, stamped `t_us`, into `families` (by family, then series, in
+    the order they first came); a family's header lines are kept from its first exposition."""
+    stamp = _stamp(t_us)
+    family: tuple[list[str], dict[str, list[str]]] | None = None
+    fresh = False  # the family's header is being read for the first time
+    for line in text.splitlines():
+        if line.startswith("# "):
+            name = line.split(" ", 3)[2]
+            if name in LEFT_OUT:
+                family = None
+                continue
+            if family is None or name not in families or families[name] is not family:
+                fresh = name not in families
+                family = families.setdefault(name, ([], {}))
+            if fresh:
+                family[0].append(line)
+            continue
+        if family is None or not line:
+            continue
+        series, _, value = line.rpartition(" ")
+        family[1].setdefault(series, []).append(f"{series} {value} {stamp}")
+
+
+def _stamp(t_us: int) -> str:
+    whole, frac = divmod(t_us, SECOND)
+    return f"{whole}" if not frac else f"{whole}.{frac:06d}".rstrip("0")
+
+
+def _flush(families: Mapping[str, tuple[list[str], dict[str, list[str]]]], path: Path) -> Path:
+    """One part: every family's header once, then each series' samples, `# EOF`."""
+    temp = path.with_name(f".{path.name}.tmp")
+    with temp.open("w", encoding="utf-8") as f:
+        for header, series in families.values():
+            f.write("\n".join(header) + "\n")
+            for samples in series.values():
+                f.write("\n".join(samples) + "\n")
+        f.write("# EOF\n")
+    temp.replace(path)
+    return path
