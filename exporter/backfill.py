@@ -17,7 +17,7 @@ its own, so memory holds one part's samples at a time, whatever the window.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from exporter.parse import Parser
 from exporter.pipeline import apply_batch
 
 BLOCK_S = 2 * 3600  # promtool's block: a part of the output
-LEFT_OUT = ("smllm_exporter_build_info",)
+LEFT_OUT = ("smllm_exporter_build_info", "smllm_checkpoint_errors")  # (the process's own)
 
 
 @dataclass(frozen=True)
@@ -55,19 +55,27 @@ class Replay:
         self.nodes, self.settings = list(nodes), settings
         self.since_us, self.until_us, self.step_us = since_us, until_us, step_us
         self.lines: dict[str, list[LogLine]] = {n: [] for n in nodes}
-        self.errors: dict[str, list[tuple[int, str]]] = {n: [] for n in nodes}  # (at line, text)
-        # (lines so far, entries): what each batch read, counted with its last line's step
-        self.entries: dict[str, list[tuple[int, int]]] = {n: [] for n in nodes}
+        # per node, each batch: (its first line, its end, the entries it read but gave no line
+        # for, its unreadable lines' errors)
+        self.batches: dict[str, list[tuple[int, int, int, tuple[str, ...]]]] = {
+            n: [] for n in nodes
+        }
 
     def add(self, batch: Batch) -> None:
-        """One source Batch (a node's, in order): its lines, and its unreadable lines' errors
-        (counted where they came, as the daemon counts them)."""
+        """One source Batch (a node's, in order): its lines, the entries it read without a
+        line for them (spread over its lines as they are applied) and its unreadable lines'
+        errors (counted with its first line, as the daemon counts them with the batch)."""
         lines = self.lines[batch.node]
+        start = len(lines)
         lines.extend(batch.lines)
-        self.errors[batch.node].extend((len(lines), e) for e in batch.errors)
-        self.entries[batch.node].append((len(lines), batch.entries))
+        extra = max(0, batch.entries - (len(lines) - start))
+        self.batches[batch.node].append((start, len(lines), extra, tuple(batch.errors)))
 
     def snapshots(self) -> Iterator[tuple[int, Snapshot]]:
+        """The snapshot at since, at every step after, and at until. Between two steps the
+        daemon's ticks come with the lines: each node's lines of one TICK_US are applied with
+        "now" at its end, and the watermark moved then (a request longer than max_request
+        is placed against the watermark as it then was, as in the daemon)."""
         s = self.settings
         extra = {} if s.buckets_s is None else {"buckets_s": s.buckets_s}
         acc = Accounting(
@@ -80,42 +88,79 @@ class Replay:
             **extra,
         )
         parsers = {n: Parser(n, slots=s.slots, gone_us=s.max_request_us) for n in self.nodes}
-        times = {n: [line.time_us for line in lines] for n, lines in self.lines.items()}
-        done = dict.fromkeys(self.nodes, 0)
-        errors_done = dict.fromkeys(self.nodes, 0)
-        entries_done = dict.fromkeys(self.nodes, 0)
+        feeds = {n: _Feed(self.lines[n], self.batches[n]) for n in self.nodes}
         t = self.since_us
         while True:
-            for n in self.nodes:
-                lines, i = self.lines[n], done[n]
-                j = bisect.bisect_right(times[n], t, lo=i)
-                errs = self.errors[n]
-                k = errors_done[n]
-                while k < len(errs) and errs[k][0] <= j:
-                    k += 1
-                read, e, entries = self.entries[n], entries_done[n], 0
-                while e < len(read) and read[e][0] <= j:
-                    entries += read[e][1]
-                    e += 1
-                entries_done[n] = e
-                batch = Batch(
-                    n,
-                    tuple(lines[i:j]),
-                    entries=entries,
-                    newest_us=lines[j - 1].time_us if j > i else None,
-                    caught_up=True,
-                    errors=tuple(e for _, e in errs[errors_done[n] : k]),
-                )
-                apply_batch(batch, parsers[n], acc, t)
-                done[n], errors_done[n] = j, k
-                flushed = parsers[n].flush(acc.read_until(n, t))
-                if flushed:
-                    acc.add_all(flushed)
-            acc.advance(t)
+            for tick in _ticks(feeds.values(), t):
+                for n in self.nodes:
+                    feeds[n].apply(tick, parsers[n], acc)
+                acc.advance(tick)
             yield t, acc.snapshot()
             if t >= self.until_us:
                 return
             t = min(t + self.step_us, self.until_us)
+
+
+TICK_US = SECOND // 2  # the daemon's tick (tick_seconds) while batches come
+
+
+def _ticks(feeds: Iterable[_Feed], t_us: int) -> list[int]:
+    """The ticks up to `t_us`: the end of every TICK_US in which some node has lines not yet
+    applied, then `t_us` itself."""
+    ticks: set[int] = set()
+    for feed in feeds:
+        ticks.update(feed.ticks(t_us))
+    return [*sorted(tick for tick in ticks if tick < t_us), t_us]
+
+
+class _Feed:
+    """One node's lines handed over as the daemon's source hands them: each tick's as a Batch
+    (with the entries and errors of the batches they came in), caught up."""
+
+    def __init__(
+        self, lines: list[LogLine], batches: list[tuple[int, int, int, tuple[str, ...]]]
+    ) -> None:
+        self.lines, self.batches = lines, batches
+        self.times = [line.time_us for line in lines]
+        self.done = 0  # lines applied
+        self.batch = 0  # the batch the next line is in
+        self.counted = 0  # of that batch's extra entries
+        self.told = False  # its errors
+
+    def ticks(self, t_us: int) -> list[int]:
+        j = bisect.bisect_right(self.times, t_us, lo=self.done)
+        return sorted({-(-self.times[k] // TICK_US) * TICK_US for k in range(self.done, j)})
+
+    def apply(self, now_us: int, parser: Parser, acc: Accounting) -> None:
+        i = self.done
+        j = bisect.bisect_right(self.times, now_us, lo=i)
+        entries, errors = j - i, list[str]()
+        while self.batch < len(self.batches):
+            start, end, extra, errs = self.batches[self.batch]
+            if start > j or (start == j and end > j):
+                break
+            if not self.told:
+                errors += errs
+                self.told = True
+            share = extra if end == start else extra * (min(j, end) - start) // (end - start)
+            entries += share - self.counted
+            self.counted = share
+            if j < end:
+                break
+            self.batch, self.counted, self.told = self.batch + 1, 0, False
+        batch = Batch(
+            parser.node,
+            tuple(self.lines[i:j]),
+            entries=entries,
+            newest_us=self.lines[j - 1].time_us if j > i else None,
+            caught_up=True,
+            errors=tuple(errors),
+        )
+        apply_batch(batch, parser, acc, now_us)
+        self.done = j
+        flushed = parser.flush(acc.read_until(parser.node, now_us))
+        if flushed:
+            acc.add_all(flushed)
 
 
 def write(
@@ -177,11 +222,15 @@ def _stamp(t_us: int) -> str:
 def _flush(families: Mapping[str, tuple[list[str], dict[str, list[str]]]], path: Path) -> Path:
     """One part: every family's header once, then each series' samples, `# EOF`."""
     temp = path.with_name(f".{path.name}.tmp")
-    with temp.open("w", encoding="utf-8") as f:
-        for header, series in families.values():
-            f.write("\n".join(header) + "\n")
-            for samples in series.values():
-                f.write("\n".join(samples) + "\n")
-        f.write("# EOF\n")
-    temp.replace(path)
+    try:
+        with temp.open("w", encoding="utf-8") as f:
+            for header, series in families.values():
+                f.write("\n".join(header) + "\n")
+                for samples in series.values():
+                    f.write("\n".join(samples) + "\n")
+            f.write("# EOF\n")
+        temp.replace(path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
     return path

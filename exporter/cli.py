@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -508,10 +509,29 @@ def _report(args: argparse.Namespace) -> int:
     )
     entries = 0
     replay = None
+    if args.output_dir is not None and args.format != "openmetrics":
+        log.error("--output-dir is for --format openmetrics (the others write --output FILE)")
+        return 2
     if args.format == "openmetrics":
-        if (args.output is None) == (args.output_dir is None):
+        if args.output is not None and args.output_dir is not None:
+            log.error("give --output FILE or --output-dir DIR, not both")
+            return 2
+        if args.output is None and args.output_dir is None:
             log.error("--format openmetrics writes files: give --output FILE or --output-dir DIR")
             return 2
+        if args.output_dir is not None and any(args.output_dir.glob("smllm-*.om")):
+            log.error(
+                "%s holds the files of another backfill (smllm-*.om): remove them or give "
+                "another directory (promtool would take them all)",
+                args.output_dir,
+            )
+            return 2
+        now_us = int(time.time() * SECOND)
+        if args.until > now_us - 3 * 3600 * SECOND:
+            log.warning(
+                "--until is within 3 hours of now: blocks there overlap Prometheus's head "
+                "block, and promtool's blocks must not (leave the last 3 hours to scraping)"
+            )
         settings = backfill.Settings(
             kinds,
             max_request_us=max_request_us,

@@ -222,3 +222,57 @@ def test_report_writes_openmetrics_as_promtool_takes_it(tmp_path: Path, cli: Cli
                 counted = bisect.bisect_right(ends[node], round(at_s * SECOND))
                 assert total == counted, (node, at_s)
     assert len(seen) == len(NODES) * len(KINDS.names)
+    last = files[-1].read_text(encoding="utf-8").splitlines()
+    for node in NODES:  # every entry up to until counted, by the step it came in
+        (entries,) = [
+            line for line in last if line.startswith(f'smllm_source_entries_total{{node="{node}"}}')
+        ][-1:]
+        up_to = sum(1 for ln in lines[node] if ln.time_us <= UNTIL)
+        assert float(entries.split(" ")[1]) == up_to, node
+    code, _, err = cli(*argv, "--format", "openmetrics", "--output-dir", str(out))
+    assert code == 2 and "holds the files of another backfill" in err  # never mixed
+    code, _, err = cli(*argv, "--format", "openmetrics", "--output", "x", "--output-dir", "y")
+    assert code == 2 and "not both" in err
+
+
+def test_the_samples_do_not_depend_on_the_step() -> None:
+    """Ticks come with the lines, as the daemon's do: a request longer than
+    max_request_seconds (late) is placed against the watermark of its own tick, not of the
+    step's, so a 15 s and a 60 s step agree wherever both sample."""
+    lines = lines_of()
+    longest = max(ls[-1].time_us for ls in lines.values())
+    head = "id  1 | task 99999 |"
+    start, end = SINCE + 3600 * SECOND + 123_456, SINCE + 3600 * SECOND + 123_456 + 700 * SECOND
+    assert end < longest
+    late = [
+        LogLine("c", start, "", 4242, f"slot launch_slot_: {head} processing task"),
+        LogLine(
+            "c",
+            end,
+            "",
+            4242,
+            f"slot print_timing: {head} total time = {700_000:.2f} ms /  700 tokens",
+        ),
+        LogLine("c", end, "", 4242, f"slot      release: {head} stop processing: n_tokens = 700"),
+    ]
+    lines["c"] = sorted(lines["c"] + late, key=lambda ln: ln.time_us)
+
+    def sampled(step_us: int) -> dict[int, Any]:
+        replay = backfill.Replay(NODES, backfill.Settings(KINDS, slots=2), SINCE, UNTIL, step_us)
+        for n, ls in lines.items():
+            replay.add(Batch(n, tuple(ls)))
+        return {
+            t: (
+                snap.watermark_us,
+                snap.concurrency_us,
+                snap.mix_us,
+                [(n.busy_us, n.slot_busy_us, n.late, n.entries) for n in snap.nodes],
+            )
+            for t, snap in replay.snapshots()
+        }
+
+    fine, coarse = sampled(STEP), sampled(60 * SECOND)
+    assert any(v[3][2][2] for v in coarse.values())  # (the request did come late)
+    common = sorted(set(fine) & set(coarse))
+    assert len(common) > 250
+    assert [fine[t] for t in common] == [coarse[t] for t in common]
