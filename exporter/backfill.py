@@ -173,10 +173,9 @@ def write(
     `part_seconds` is None); returns the files written."""
     renderer = Renderer(version)
     written: list[Path] = []
-    part, first_us = -1, None
+    part = -1
     families: dict[str, tuple[list[str], dict[str, list[str]]]] = {}
     for t, snap in snapshots:
-        first_us = t if first_us is None else first_us
         this = 0 if part_seconds is None else t // (part_seconds * SECOND)  # (as promtool)
         if this != part:
             if families:
