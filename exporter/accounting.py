@@ -25,6 +25,8 @@ from typing import Any, cast
 from exporter._compiled import accounting as compiled
 from exporter.kinds import Kinds
 from exporter.logline import LOST_REASON, REASONS, Event, EventKind, Interval, Record
+from exporter.phases import Figures
+from exporter.startups import Startup, Tracker
 from exporter.times import fits, iso
 
 SECOND = 1_000_000
@@ -101,6 +103,7 @@ class NodeState:
     lag_us: int = 0
     clock_skew_us: int = 0  # how far ahead of now its newest entry was, beyond the allowance
     kinds: dict[str, KindCounters] = field(default_factory=dict)
+    startups: Tracker = field(default_factory=lambda: Tracker(""))  # its server's start-ups
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,10 @@ class NodeSnapshot:
     late: int
     reconnects: int
     gaps: int
+    startup: Startup | None = None  # its llama-server's last start-up that reached listening
+    starting_since_us: int | None = None  # when the start-up in progress began (None: none)
+    starting_us: int = 0  # how long it has run, as of the latest `advance`
+    last_start_us: int | None = None  # when the newest start-up began
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +145,9 @@ class Snapshot:
     concurrency_us: tuple[int, ...]  # index k: exactly k nodes busy
     mix_us: dict[str, int]
     watermark_us: int
+    start_timeout_us: int = 90 * SECOND  # the unit's TimeoutStartSec, as configured
+    slow_start_us: int = 72 * SECOND  # the share of it past which a start-up is slow
+    init_timelines: tuple[Figures, ...] = ()  # the init-timeline nodes', as last read
 
     @property
     def nodes_busy(self) -> int:
@@ -160,8 +170,17 @@ class Accounting:
         stall_us: int = 300 * SECOND,
         buckets_s: Sequence[float] = DEFAULT_BUCKETS_S,
         clock_allowance_us: int = CLOCK_ALLOWANCE_US,
+        start_timeout_us: int = 90 * SECOND,
+        slow_start_share: float = 0.8,
+        startups: list[Startup] | None = None,
     ) -> None:
+        """`startups`, when given, receives every start-up as it ends (the report's)."""
         self.kinds = kinds
+        self.start_timeout_us = start_timeout_us
+        self.slow_start_us = round(start_timeout_us * slow_start_share)
+        self.startups = startups
+        self.now_us = origin_us  # the latest `advance`'s now (a start-up's age runs to it)
+        self.init_timelines: dict[str, Figures] = {}  # by node: set as their files are read
         self.kind_names = kinds.names
         self._kind_of: dict[int | None, str] = {}  # token count -> kind, as the rules say
         self._sorted_kinds = tuple(sorted(self.kind_names))
@@ -175,7 +194,7 @@ class Accounting:
         self.buckets_us = tuple(round(b * SECOND) for b in buckets_s)
         self.node_names = tuple(nodes)
         self._node_index = {n: i for i, n in enumerate(self.node_names)}
-        self.nodes = {n: self._new_node(origin_us) for n in self.node_names}
+        self.nodes = {n: self._new_node(n, origin_us) for n in self.node_names}
         self.watermark_us = origin_us
         self.concurrency_us = [0] * (len(self.node_names) + 1)
         self.mix_us = dict.fromkeys(kinds.mix_labels(), 0)
@@ -188,11 +207,12 @@ class Accounting:
         # count: 1 + the kind's index in `_sorted_kinds`, 0 when not known yet
         self._kind_cache = bytearray(KIND_CACHE_TOKENS if compiled is not None else 0)
 
-    def _new_node(self, newest_us: int) -> NodeState:
+    def _new_node(self, name: str, newest_us: int) -> NodeState:
         zero = len(self.buckets_us) + 1
         return NodeState(
             newest_us=newest_us,
             kinds={k: KindCounters(buckets=[0] * zero) for k in self.kind_names},
+            startups=Tracker(name),
         )
 
     # -- input ------------------------------------------------------------------------------
@@ -421,13 +441,22 @@ class Accounting:
             ns.aborted += 1
         elif kind is EventKind.SLOTS:
             ns.slots = slot
+        elif kind is EventKind.PHASE:
+            self._startup(ns, ev)
         elif kind is EventKind.SERVER_UP or kind is EventKind.SERVER_DOWN:
             ns.server_up = 1 if kind is EventKind.SERVER_UP else 0
+            if kind is EventKind.SERVER_DOWN:
+                self._startup(ns, ev)
         elif kind is EventKind.RESTART:  # (the old server's requests end when it has gone)
             ns.restarts += 1
             ns.start_lines = False
         elif kind is EventKind.PARSE_ERROR:
             ns.parse_errors += 1
+
+    def _startup(self, ns: NodeState, ev: Event) -> None:
+        ended = ns.startups.add(ev)
+        if ended is not None and self.startups is not None:
+            self.startups.append(ended)
 
     # -- the watermark ----------------------------------------------------------------------
 
@@ -443,6 +472,7 @@ class Accounting:
 
     def advance(self, now_us: int) -> None:
         """Move the watermark as far as every node that still holds it allows."""
+        self.now_us = max(self.now_us, now_us)
         bounds = [
             self.node_bound(n, now_us)
             for n, ns in self.nodes.items()
@@ -619,6 +649,7 @@ class Accounting:
                 late=ns.late,
                 reconnects=ns.reconnects,
                 gaps=ns.gaps,
+                **self._startup_figures(ns),
             )
             for name, ns in self.nodes.items()
         )
@@ -629,7 +660,30 @@ class Accounting:
             concurrency_us=tuple(self.concurrency_us),
             mix_us=dict(self.mix_us),
             watermark_us=self.watermark_us,
+            start_timeout_us=self.start_timeout_us,
+            slow_start_us=self.slow_start_us,
+            init_timelines=tuple(self.init_timelines.values()),
         )
+
+    def _startup_figures(self, ns: NodeState) -> dict[str, Any]:
+        """A node's start-up figures. A start-up in progress whose server has served a request
+        since it began is no longer starting (a build that logs no `listening on`)."""
+        tracker = ns.startups
+        last = tracker.last
+        current = tracker.current
+        since = None if current is None else current.start_us
+        if since is not None and (
+            (ns.last_end_us is not None and ns.last_end_us >= since)
+            or any(t >= since for t in ns.in_flight.values())
+        ):
+            since = None
+        newest = current if current is not None else last
+        return {
+            "startup": last,
+            "starting_since_us": since,
+            "starting_us": 0 if since is None else max(0, self.now_us - since),
+            "last_start_us": None if newest is None else newest.start_us,
+        }
 
     def _copy(self, node: str, kind: str, c: KindCounters) -> KindCounters:
         copy = self._copies.get((node, kind))
@@ -698,6 +752,7 @@ def state_of(acc: Accounting) -> dict[str, Any]:
                 "slots": ns.slots,
                 "server_up": ns.server_up,
                 "models": {m: list(v) for m, v in ns.models.items()},
+                "startups": ns.startups.state(),
                 "kinds": {
                     k: [*_kind_counters(c), list(c.buckets), c.histogram_us]
                     for k, c in ns.kinds.items()
@@ -766,6 +821,8 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
         slots, up = saved.get("slots"), saved.get("server_up")
         ns.slots = None if slots is None else _count(slots, f"nodes.{name}.slots")
         ns.server_up = None if up is None else int(bool(_count(up, f"nodes.{name}.server_up")))
+        if saved.get("startups") is not None:  # (a checkpoint from before start-ups: none)
+            ns.startups = Tracker.from_state(name, saved["startups"])
         for model, values in list(saved.get("models", {}).items())[:MAX_MODELS]:
             ns.models[str(model)] = [_count(v, f"nodes.{name}.models") for v in values[:3]]
         if same_kinds:

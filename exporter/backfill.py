@@ -20,6 +20,7 @@ import bisect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from exporter.accounting import SECOND, Accounting, Snapshot
 from exporter.collector import Renderer
@@ -42,6 +43,8 @@ class Settings:
     buckets_s: tuple[float, ...] | None = None
     slots: int = 1
     clock_allowance_us: int = 60 * SECOND
+    start_timeout_us: int = 90 * SECOND
+    slow_start_share: float = 0.8
 
 
 class Replay:
@@ -77,7 +80,7 @@ class Replay:
         "now" at its end, and the watermark moved then (a request longer than max_request
         is placed against the watermark as it then was, as in the daemon)."""
         s = self.settings
-        extra = {} if s.buckets_s is None else {"buckets_s": s.buckets_s}
+        extra: dict[str, Any] = {} if s.buckets_s is None else {"buckets_s": s.buckets_s}
         acc = Accounting(
             self.nodes,
             s.kinds,
@@ -85,6 +88,8 @@ class Replay:
             max_request_us=s.max_request_us,
             stall_us=s.stall_us,
             clock_allowance_us=s.clock_allowance_us,
+            start_timeout_us=s.start_timeout_us,
+            slow_start_share=s.slow_start_share,
             **extra,
         )
         parsers = {n: Parser(n, slots=s.slots, gone_us=s.max_request_us) for n in self.nodes}

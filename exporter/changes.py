@@ -28,6 +28,9 @@ class Changes:
         return out
 
 
+_NODES = ("nodes", "node_order")  # (the nodes' changes are told apart)
+
+
 def between(old: Config, new: Config) -> Changes:
     before = {n.name: n for n in old.nodes}
     after = {n.name: n for n in new.nodes}
@@ -38,6 +41,6 @@ def between(old: Config, new: Config) -> Changes:
         settings=tuple(
             f.name
             for f in fields(Config)
-            if f.name != "nodes" and getattr(old, f.name) != getattr(new, f.name)
+            if f.name not in _NODES and getattr(old, f.name) != getattr(new, f.name)
         ),
     )

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import math
 import os
 import re
 import sys
@@ -18,15 +19,18 @@ from exporter import (
     __version__,
     backfill,
     config,
+    inittimeline,
     logs,
     preflight,
     report,
     sources,
+    startreport,
     webconfig,
     webtls,
 )
 from exporter.kinds import Kinds, split_rules
 from exporter.logline import Batch
+from exporter.phases import DEFAULT_FACTOR
 from exporter.pipeline import tune_gc
 from exporter.times import SECOND, iso, since_us
 
@@ -208,17 +212,41 @@ def _parser() -> argparse.ArgumentParser:
         help="how busy the nodes were over a past window (the seed's tables)",
         description="Read the nodes' journals over [--since, --until] and print how busy each "
         "node was, how many worked at once and how the work split by kind. Requests count by "
-        "their end in the window; busy and concurrency seconds are exact, clipped to the window.",
+        "their end in the window; busy and concurrency seconds are exact, clipped to the window. "
+        "With --startups: how long each llama-server start-up took, phase by phase, and the "
+        "TimeoutStartSec= that covers them; with --init-timeline: a vllm-omni init timeline's.",
     )
     rp.add_argument(
         "--since",
-        required=True,
         type=_time,
         metavar="T",
-        help="window start: ISO 8601 (UTC when it has no offset), now, or -30m, -24h, -7d",
+        help="window start: ISO 8601 (UTC when it has no offset), now, or -30m, -24h, -7d "
+        "(required unless --init-timeline is given)",
+    )
+    rp.add_argument("--until", type=_time, metavar="T", help="window end, in the same forms")
+    rp.add_argument(
+        "--startups",
+        action="store_true",
+        help="the llama-server start-ups that began in the window instead: each one's phases "
+        "(vllm-omni's init-timeline table) and the TimeoutStartSec= that would have covered "
+        "them all (text or json)",
     )
     rp.add_argument(
-        "--until", required=True, type=_time, metavar="T", help="window end, in the same forms"
+        "--init-timeline",
+        action="append",
+        type=Path,
+        metavar="PATH",
+        help="a vllm-omni init timeline instead: its dump (VLLM_OMNI_INIT_TIMELINE), its run "
+        "directory of worker_*.jsonl (VLLM_OMNI_INIT_TIMELINE_DIR), or both (repeat); the "
+        "phase table, the stages' spans and the suggested timeouts (text or json)",
+    )
+    rp.add_argument(
+        "--factor",
+        type=_factor,
+        default=DEFAULT_FACTOR,
+        metavar="F",
+        help=f"--startups, --init-timeline: the headroom of a suggested timeout over the "
+        f"longest span (default {DEFAULT_FACTOR})",
     )
     rp.add_argument(
         "--input",
@@ -414,7 +442,7 @@ def _check_config(path: Path, *, as_service: bool = False, web_config: Path | No
             log.warning("%s", warning)
     if found:
         return 1
-    print(f"{path}: valid, {len(cfg.nodes)} node(s)")
+    print(f"{path}: valid, {len(cfg.nodes) + len(cfg.init_timelines)} node(s)")
     for line in config.describe(cfg):
         print(f"  {line}")
     for line in described:
@@ -466,7 +494,32 @@ def _run(path: Path, listen: tuple[str, int] | None = None, web_config: Path | N
     return 0
 
 
+MAX_FACTOR = 1e6  # (a factor this large measures a short run off the floors, in tests)
+
+
+def _factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 1 <= value <= MAX_FACTOR:
+        raise argparse.ArgumentTypeError(f"must be a number 1..{MAX_FACTOR:g}, got {text!r}")
+    return value
+
+
 def _report(args: argparse.Namespace) -> int:
+    start_ups = args.startups or args.init_timeline
+    if start_ups and args.format not in ("text", "json"):
+        log.error("--startups and --init-timeline print text or json, not %s", args.format)
+        return 2
+    if args.init_timeline:
+        if args.startups or args.input or args.since is not None or args.until is not None:
+            log.error("--init-timeline reads only its files: no --since, --until, --input")
+            return 2
+        return _init_timeline(args.init_timeline, args.factor, args.format, args.output)
+    if args.since is None or args.until is None:
+        log.error("report needs --since and --until (or --init-timeline PATH)")
+        return 2
     if args.until <= args.since:
         log.error("--until must be after --since")
         return 2
@@ -539,6 +592,8 @@ def _report(args: argparse.Namespace) -> int:
             buckets_s=cfg.duration_buckets,
             slots=cfg.slots,
             clock_allowance_us=cfg.clock_allowance_seconds * SECOND,
+            start_timeout_us=cfg.start_timeout_seconds * SECOND,
+            slow_start_share=cfg.slow_start_share,
         )
         replay = backfill.Replay(
             [n.name for n in nodes], settings, args.since, args.until, args.step
@@ -583,22 +638,52 @@ def _report(args: argparse.Namespace) -> int:
         )
     if replay is not None:
         return _backfill(replay, args.output, args.output_dir) or (1 if failed else 0)
-    if args.format == "html":
+    if args.startups:
+        if args.format == "json":
+            text = startreport.startups_json(
+                r.startups, args.factor, cfg.unit, r.since_us, r.until_us
+            )
+        else:
+            text = startreport.startups_text(r.startups, args.factor, cfg.unit)
+    elif args.format == "html":
         from exporter import pages  # (the text and JSON need none of it)
 
         text = pages.report_html(r)
     else:
         text = report.render(r, args.format)
-    if args.output is None:
+    return _put(text, args.output) or (1 if failed else 0)
+
+
+def _put(text: str, output: Path | None) -> int:
+    """The report to standard output, or atomically to `output`: 0, or 1 when it cannot be."""
+    if output is None:
         sys.stdout.write(text)
+        return 0
+    try:
+        _write_atomically(output, text)
+    except OSError as e:
+        log.error("cannot write %s: %s", output, e.strerror or e)
+        return 1
+    log.info("wrote %s (%d bytes)", output, len(text.encode()))
+    return 0
+
+
+def _init_timeline(paths: list[Path], factor: float, fmt: str, output: Path | None) -> int:
+    """`report --init-timeline PATH...`: the merged timeline's table, spans and timeouts."""
+    try:
+        loaded = inittimeline.load(paths)
+    except inittimeline.InitTimelineError as e:
+        log.error("%s", e)
+        return 1
+    for why in loaded.skipped:
+        log.warning("skipped a malformed record: %s", why)
+    now = time.time()
+    t = loaded.timeline
+    if fmt == "json":
+        text = startreport.timeline_json(t, factor, now, loaded.skipped)
     else:
-        try:
-            _write_atomically(args.output, text)
-        except OSError as e:
-            log.error("cannot write %s: %s", args.output, e.strerror or e)
-            return 1
-        log.info("wrote %s (%d bytes)", args.output, len(text.encode()))
-    return 1 if failed else 0
+        text = startreport.timeline_text(t, factor, now, loaded.skipped)
+    return _put(text, output)
 
 
 def _backfill(replay: backfill.Replay, output: Path | None, directory: Path | None) -> int:

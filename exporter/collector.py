@@ -124,7 +124,62 @@ _PER_NODE_GAUGES: tuple[tuple[str, str], ...] = (
         "1 while the node's llama-server runs, 0 after a stop, exit or failure "
         "(its start-up lines and systemd's lines for the unit).",
     ),
+    (
+        "smllm_server_startup_seconds",
+        "The llama-server's last start-up that reached `listening on`: from systemd's start of "
+        "the unit (or its first line) to listening.",
+    ),
+    (
+        "smllm_server_last_start_timestamp_seconds",
+        "When the newest start-up of the llama-server began (in progress or done).",
+    ),
+    ("smllm_server_starting", "1 while a start-up has not reached `listening on`."),
+    ("smllm_server_starting_seconds", "How long the start-up in progress has run; 0 when none."),
+    (
+        "smllm_server_start_timeout_seconds",
+        "The unit's TimeoutStartSec, as configured (start_timeout_seconds).",
+    ),
+    (
+        "smllm_server_slow_start_seconds",
+        "The share of the start timeout past which a start-up is slow (slow_start_share).",
+    ),
 )
+# (name, help, label names) of the labelled start-up gauges (see `_startup_samples`)
+_STARTUP_FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "smllm_server_startup_phase_seconds",
+        "The phases of the llama-server's last start-up (unit, initializing, load_model, "
+        "init_slots, start_http: those its lines allowed).",
+        ("node", "phase"),
+    ),
+    ("smllm_init_source_up", "1 while the init timeline's files can be read.", ("node",)),
+    (
+        "smllm_init_total_seconds",
+        "A vllm-omni engine's last start-up, from its init timeline: t0 to t_end.",
+        ("node",),
+    ),
+    (
+        "smllm_init_start_timestamp_seconds",
+        "When that start-up began (the timeline's t0).",
+        ("node",),
+    ),
+    (
+        "smllm_init_phase_seconds",
+        "Its phases: the longest of each (stage, role, phase).",
+        ("node", "phase", "role", "stage"),
+    ),
+    (
+        "smllm_init_suggested_timeout_seconds",
+        "The timeouts that would have covered it with 1.5 headroom (vllm-omni's rule).",
+        ("node", "timeout"),
+    ),
+    (
+        "smllm_init_skipped_records",
+        "Malformed records in its files when last read.",
+        ("node",),
+    ),
+)
+_Sample = tuple[tuple[str, ...], float]
 # (name, help, index in NodeSnapshot.untimed's (count, microseconds)) by node and reason
 _PER_REASON: tuple[tuple[str, str, int], ...] = (
     (
@@ -155,6 +210,48 @@ _BUILD_INFO = (
     "The exporter's version, git revision, Python version, and whether its compiled fast "
     "paths are on."
 )
+
+
+def _startup_gauges(snap: Snapshot) -> dict[str, list[float | None]]:
+    """The per-node start-up gauges of each node, in node order."""
+    nodes = snap.nodes
+    return {
+        "smllm_server_startup_seconds": [
+            None if n.startup is None else n.startup.seconds for n in nodes
+        ],
+        "smllm_server_last_start_timestamp_seconds": [
+            None if n.last_start_us is None else _s(n.last_start_us) for n in nodes
+        ],
+        "smllm_server_starting": [0 if n.starting_since_us is None else 1 for n in nodes],
+        "smllm_server_starting_seconds": [_s(n.starting_us) for n in nodes],
+        "smllm_server_start_timeout_seconds": [_s(snap.start_timeout_us)] * len(nodes),
+        "smllm_server_slow_start_seconds": [_s(snap.slow_start_us)] * len(nodes),
+    }
+
+
+def _startup_samples(snap: Snapshot) -> list[list[_Sample]]:
+    """The labelled start-up families' samples (label values as in _STARTUP_FAMILIES)."""
+    phases: list[_Sample] = []
+    for n in snap.nodes:
+        if n.startup is not None:
+            for phase, start, end in n.startup.phases():
+                phases.append(((n.name, phase), _s(end - start)))
+    up: list[_Sample] = []
+    total: list[_Sample] = []
+    t0: list[_Sample] = []
+    init: list[_Sample] = []
+    timeouts: list[_Sample] = []
+    skipped: list[_Sample] = []
+    for f in snap.init_timelines:
+        up.append(((f.node,), 1.0 if f.up else 0.0))
+        if f.total_s is not None:
+            total.append(((f.node,), f.total_s))
+        if f.t0 is not None:
+            t0.append(((f.node,), f.t0))
+        init += [((f.node, phase, role, stage), v) for stage, role, phase, v in f.phases]
+        timeouts += [((f.node, k), float(v)) for k, v in f.suggested]
+        skipped.append(((f.node,), float(f.skipped)))
+    return [phases, up, total, t0, init, timeouts, skipped]
 
 
 def _revision() -> str:
@@ -282,6 +379,15 @@ class SnapshotCollector(Collector):
         yield per_node("smllm_source_clock_skew_seconds", [(n, _s(n.clock_skew_us)) for n in nodes])
         yield per_node("smllm_node_slots", [(n, n.slots) for n in nodes])
         yield per_node("smllm_server_up", [(n, n.server_up) for n in nodes])
+        for name, column in _startup_gauges(snap).items():
+            yield per_node(name, list(zip(nodes, column, strict=True)))
+        for (name, doc, labels), samples in zip(
+            _STARTUP_FAMILIES, _startup_samples(snap), strict=True
+        ):
+            fam = GaugeMetricFamily(name, doc, labels=list(labels))
+            for label_values, v in samples:
+                fam.add_metric(list(label_values), v)
+            yield fam
 
 
 def _le(us: int) -> str:
@@ -457,6 +563,11 @@ def _go(value: float) -> str:
     return s
 
 
+def _labelled(name: str, labels: Sequence[str], values: Sequence[str], v: float) -> str:
+    pairs = ",".join(f'{k}="{_esc(x)}"' for k, x in zip(labels, values, strict=True))
+    return f"{name}{{{pairs}}} {_go(v)}\n"
+
+
 def _esc(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
@@ -534,6 +645,9 @@ class _Layout:
         ]
         self.per_model = [
             (header(name, doc, "counter"), f"{name}_total", i) for name, doc, i in _PER_MODEL
+        ]
+        self.startup_families = [
+            (header(name, doc, "gauge"), name, labels) for name, doc, labels in _STARTUP_FAMILIES
         ]
         self.nodes_busy = header("smllm_nodes_busy", _NODES_BUSY, "gauge") + "smllm_nodes_busy "
         w = "smllm_accounted_until_timestamp_seconds"
@@ -627,6 +741,13 @@ class _Layout:
         )
         self._gauge(out, "smllm_node_slots", [n.slots for n in nodes])
         self._gauge(out, "smllm_server_up", [n.server_up for n in nodes])
+        for name, values in _startup_gauges(snap).items():
+            self._gauge(out, name, values)
+        for (header, name, labels), samples in zip(
+            self.startup_families, _startup_samples(snap), strict=True
+        ):
+            add(header)
+            extend(_labelled(name, labels, values, v) for values, v in samples)
         add(self.concurrency)
         extend(
             [

@@ -81,6 +81,17 @@ NodeConfig = FileNode | JournalNode | SshNode
 
 
 @dataclass(frozen=True)
+class InitTimelineNode:
+    """A vllm-omni engine's init timeline: its run directory (`worker_*.jsonl`) and/or dump."""
+
+    name: str
+    path: Path  # the run directory, or the dump
+    dump: Path | None = None  # the dump, beside a run directory
+    poll_seconds: float = 5.0
+    source: str = "init-timeline"
+
+
+@dataclass(frozen=True)
 class Config:
     listen_host: str = ""
     listen_port: int = 10027
@@ -96,6 +107,13 @@ class Config:
     clock_allowance_seconds: int = CLOCK_ALLOWANCE_US // 1_000_000
     kinds: Kinds = field(default_factory=lambda: Kinds(DEFAULT_RULES))
     nodes: tuple[NodeConfig, ...] = ()
+    init_timelines: tuple[InitTimelineNode, ...] = ()  # `source: init-timeline` nodes
+    # every node's name, as `nodes:` lists them (for key paths; no setting of its own)
+    node_order: tuple[str, ...] = field(default=(), compare=False)
+    # the unit's TimeoutStartSec (systemd's default), and the share of it past which a
+    # start-up is slow (SmLlmServerSlowStart)
+    start_timeout_seconds: int = 90
+    slow_start_share: float = 0.8
     web_config_file: Path | None = None  # TLS and basic auth (webconfig.py); None: plain HTTP
 
     def since_us(self, now_us: int) -> int:
@@ -121,6 +139,8 @@ TOP_KEYS = {
     "duration_buckets",
     "slots",
     "clock_allowance_seconds",
+    "start_timeout_seconds",
+    "slow_start_share",
     "kinds",
     "nodes",
     "web_config_file",
@@ -146,6 +166,7 @@ NODE_KEYS = {
         "keepalive_interval",
         "keepalive_count_max",
     },
+    "init-timeline": {"name", "source", "path", "dump", "poll_seconds"},
 }
 KIND_KEYS = {"name", "min_tokens", "max_tokens"}
 _SECRET_KEYS = {"password", "passphrase", "secret", "token"}
@@ -446,6 +467,8 @@ class Checker:
         self, source: str, lines: dict[str, int], env: Mapping[str, str], available: frozenset[str]
     ) -> None:
         self.source, self.lines, self.env, self.available = source, lines, env, available
+        self.timelines: list[InitTimelineNode] = []  # (the init-timeline nodes read)
+        self.names: list[str] = []  # (every node's name, in the list's order)
         self._found: list[tuple[int, str]] = []
 
     def problem(self, path: str, text: str, shown: str | None = None) -> None:
@@ -577,8 +600,26 @@ class Checker:
                 d.clock_allowance_seconds,
                 f"must be an integer 1..{MAX_ALLOWANCE_S} (seconds)",
             ),
+            start_timeout_seconds=self.get(
+                top,
+                "start_timeout_seconds",
+                "",
+                _timeout,
+                d.start_timeout_seconds,
+                f"must be an integer 1..{MAX_START_TIMEOUT_S} (the unit's TimeoutStartSec)",
+            ),
+            slow_start_share=self.get(
+                top,
+                "slow_start_share",
+                "",
+                _share,
+                d.slow_start_share,
+                "must be a number above 0 and at most 1",
+            ),
             kinds=self.kinds(top.get("kinds")) if "kinds" in top else d.kinds,
             nodes=self.nodes(top.get("nodes"), unit),
+            init_timelines=tuple(self.timelines),
+            node_order=tuple(self.names),
             web_config_file=self.get(
                 top, "web_config_file", "", self._path, None, "must be a path"
             ),
@@ -631,7 +672,7 @@ class Checker:
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 self.problem(
                     f"{path}.source",
-                    f"must be one of file, journal, ssh, got {show(source)}{hint}",
+                    f"must be one of {', '.join(NODE_KEYS)}, got {show(source)}{hint}",
                 )
                 continue
             if source not in self.available:
@@ -651,10 +692,26 @@ class Checker:
             if name in names:
                 self.problem(f"{path}.name", f"node {name!r} is defined twice")
             names.add(name)
+            self.names.append(name)
+            if source == "init-timeline":
+                timeline = self.timeline(n, path, name)
+                if timeline is not None:
+                    self.timelines.append(timeline)
+                continue
             node = self.node(source, n, path, name, unit)
             if node is not None:
                 out.append(node)
         return tuple(out)
+
+    def timeline(self, n: dict[str, Any], path: str, name: str) -> InitTimelineNode | None:
+        where = self.get(n, "path", path, self._path, None, "must be a path")
+        dump = self.get(n, "dump", path, self._path, None, "must be a path")
+        poll = self.get(n, "poll_seconds", path, _poll, 5.0, f"must be seconds 0.1..{MAX_POLL_S}")
+        if where is None:
+            if n.get("path") is None:
+                self.problem(path, "an init-timeline node needs a path (its run directory)")
+            return None
+        return InitTimelineNode(name, where, dump, poll)
 
     def node(
         self, source: str, n: dict[str, Any], path: str, name: str, unit: str
@@ -972,6 +1029,30 @@ def _allowance(value: Any) -> int:
     return int(value)
 
 
+MAX_START_TIMEOUT_S = 7 * 86_400
+MAX_POLL_S = 3600
+
+
+def _timeout(value: Any) -> int:
+    if _positive_int(value) > MAX_START_TIMEOUT_S:
+        raise ValueError("")
+    return int(value)
+
+
+def _share(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ValueError("")
+    return float(value)
+
+
+def _poll(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("")
+    if not 0.1 <= value <= MAX_POLL_S:
+        raise ValueError("")
+    return float(value)
+
+
 def _positive_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError("")
@@ -1070,3 +1151,6 @@ def describe(config: Config) -> Iterator[str]:
             yield f"node {n.name}: journal {where}, unit {n.unit}"
         else:
             yield f"node {n.name}: ssh {n.user}@{n.host}:{n.port}, unit {n.unit}"
+    for t in config.init_timelines:
+        dump = "" if t.dump is None else f", dump {t.dump}"
+        yield f"node {t.name}: init-timeline {t.path}{dump} (every {t.poll_seconds:g} s)"

@@ -26,16 +26,17 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from exporter import __version__, changes, pages, sources
+from exporter import __version__, changes, initwatch, pages, sources
 from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
 from exporter.answers import Page, Pages
 from exporter.checkpoint import Checkpoint, CheckpointError, StateLock
 from exporter.collector import Published, Renderer
-from exporter.config import Config, NodeConfig
+from exporter.config import Config, InitTimelineNode, NodeConfig
 from exporter.http import HttpServer, fd_budget
 from exporter.logline import Batch, Event, EventKind, Interval, Record
 from exporter.notify import Notifier
 from exporter.parse import Parser
+from exporter.phases import Figures
 from exporter.pipeline import apply_batch, tune_gc
 from exporter.sources import Source
 from exporter.timeline import Recent
@@ -116,6 +117,7 @@ class Daemon:
         self._queue: asyncio.Queue[Batch] | None = None
         self._tg: asyncio.TaskGroup | None = None
         self._source_tasks: dict[str, asyncio.Task[None]] = {}
+        self._timeline_tasks: dict[str, asyncio.Task[None]] = {}  # init-timeline nodes'
         self._rebinding = asyncio.Lock()
 
     def _now_us(self) -> int:
@@ -148,6 +150,8 @@ class Daemon:
             stall_us=c.stall_seconds * SECOND,
             buckets_s=c.duration_buckets,
             clock_allowance_us=c.clock_allowance_seconds * SECOND,
+            start_timeout_us=c.start_timeout_seconds * SECOND,
+            slow_start_share=c.slow_start_share,
         )
 
     def _ready(self) -> bool:
@@ -175,6 +179,7 @@ class Daemon:
                 self._tg = tg
                 for node in self.config.nodes:
                     self._start_source(node)
+                self._start_timelines()
                 tg.create_task(self._ingest(queue, tg), name="ingest")
         finally:
             await self.server.close()
@@ -250,6 +255,39 @@ class Daemon:
             # and counted twice.
             await asyncio.gather(asyncio.sleep(delay * self._rng.uniform(0.8, 1.2)), applied.wait())
             delay = min(delay * 2, RETRY_MAX_S)
+
+    def _start_timelines(self) -> None:
+        """A task watching each init-timeline node's files (those running stop first)."""
+        assert self._tg is not None
+        for task in self._timeline_tasks.values():
+            task.cancel()
+        self._timeline_tasks = {
+            node.name: self._tg.create_task(self._watch(node), name=f"init-timeline {node.name}")
+            for node in self.config.init_timelines
+        }
+
+    async def _watch(self, node: InitTimelineNode) -> None:
+        """Keep one init-timeline node's figures current; its failures stay here."""
+        while True:
+            try:
+                await initwatch.watch(node, self._put_figures, self.clock)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # (a defect: the node shows it, the others carry on)
+                why = f"init-timeline node {node.name}: {type(e).__name__}: {e}"
+                log.error("%s; trying again in %.0f s", why, node.poll_seconds)
+                self._put_figures(Figures(node.name, False, why))
+            await asyncio.sleep(node.poll_seconds)
+
+    def _put_figures(self, figures: Figures) -> None:
+        was = self.acc.init_timelines.get(figures.node)
+        if was is None or was.error != figures.error:
+            if figures.up:
+                log.info("init-timeline node %s: read (%d skipped)", figures.node, figures.skipped)
+            else:
+                log.warning("%s", figures.error)
+        if figures.node in {n.name for n in self.config.init_timelines}:
+            self.acc.init_timelines[figures.node] = figures
 
     # -- ingest -----------------------------------------------------------------------------
 
@@ -423,6 +461,11 @@ class Daemon:
         self.config = new
         acc = self._fresh_accounting()
         notes = restore(acc, state)
+        acc.init_timelines = {  # (its watchers start again below: until they read, as it was)
+            n.name: self.acc.init_timelines[n.name]
+            for n in new.init_timelines
+            if n.name in self.acc.init_timelines
+        }
         for name, ns in acc.nodes.items():  # what its running source said last
             was = old_nodes.get(name)
             if was is not None and name not in {n.name for n in diff.changed}:
@@ -456,6 +499,7 @@ class Daemon:
             self.acc.nodes[node.name].newest_us = self.node_since[node.name]
             self._errors_logged[node.name] = 0
             self._start_source(node)
+        self._start_timelines()
         self._served, self._served_view = self.acc.snapshot(), None
 
     async def _restart_source(self, node: NodeConfig, old: asyncio.Task[None] | None) -> None:

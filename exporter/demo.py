@@ -48,13 +48,10 @@ def node_lines(node: str, seed: int, start_us: int, end_us: int) -> Iterator[Dem
     untimed = random.Random(f"{seed}:{node}:untimed")  # (the timed workload stays as it was)
     pid = 4000 + rng.randrange(1000)
     idle_prone = node == NODES[-1]
-    t = start_us + rng.randrange(5 * SECOND)
+    lines = list(_startup(random.Random(f"{seed}:{node}:startup"), pid, start_us))
+    yield from lines
+    t = lines[-1].time_us + rng.randrange(5 * SECOND)
     task = rng.randrange(100, 5000)
-    yield DemoLine(
-        start_us,
-        pid,
-        "srv    load_model: initializing, n_slots = 1, n_ctx_slot = 4096, kv_unified = 'false'",
-    )
     while True:
         if idle_prone and rng.random() < 0.02:
             t += rng.randrange(120, 600) * SECOND  # the node sits idle for minutes
@@ -107,6 +104,29 @@ def node_lines(node: str, seed: int, start_us: int, end_us: int) -> Iterator[Dem
         )
         t = end
         task += 1 + rng.randrange(3)
+
+
+def _startup(rng: random.Random, pid: int, start_us: int) -> Iterator[DemoLine]:
+    """The unit's start and the server's start-up lines (era D's elapsed prefix), from
+    `start_us`: loading the model takes a few seconds."""
+    yield DemoLine(start_us, 1, "Started sm-llm.service - sm-llm llama-server.")
+    begin = start_us + rng.randrange(5_000, 15_000)  # (the exec, before the first line)
+    loaded = rng.randrange(2 * SECOND, 6 * SECOND)
+    delay = 0  # (journald reads a line a little after it is written, never before)
+    for at, text in (
+        (1_500, "llama_server: initializing ..."),
+        (5_900, "  load_model: loading model '/srv/models/model.gguf'"),
+        (
+            loaded,
+            "  load_model: initializing, n_slots = 1, n_ctx_slot = 4096, kv_unified = 'false'",
+        ),
+        (loaded + 3_000, "llama_server: model loaded"),
+        (loaded + 3_050, "llama_server: listening on http://127.0.0.1:8080"),
+    ):
+        m, us = divmod(at, 60 * SECOND)
+        stamp = f"{m}.{us // SECOND:02d}.{us // 1000 % 1000:03d}.{us % 1000:03d}"
+        delay = max(delay, rng.randrange(100, 400))
+        yield DemoLine(begin + at + delay, pid, f"{stamp} I srv  {text}")
 
 
 def _untimed(

@@ -64,6 +64,17 @@ class EventKind(enum.Enum):
     SLOTS = "slots"  # the server said how many slots it has (in `slot`)
     SERVER_UP = "server_up"  # the node's llama-server runs (start-up lines, systemd's)
     SERVER_DOWN = "server_down"  # it stopped, exited or failed
+    # a start-up line (which: `detail`, one of MARKS; the line's own clock, its log prefix in
+    # microseconds, in `task`: None without one)
+    PHASE = "phase"
+
+
+# What a PHASE event marks: systemd starting the unit, then the server's start-up lines in the
+# order it logs them (`llama_server: initializing`, `load_model: loading model`,
+# `initializing, n_slots = N`, `model loaded`, `listening on`).
+MARK_STARTING, MARK_STARTED, MARK_LISTENING = "starting", "started", "listening"
+SERVER_MARKS = ("initializing", "loading", "slots", "loaded", MARK_LISTENING)
+MARKS = (MARK_STARTING, MARK_STARTED, *SERVER_MARKS)
 
 
 class Event(NamedTuple):

@@ -140,6 +140,10 @@ def status_json(view: StatusView) -> bytes:
                 "lag_seconds": n.lag_us / SECOND,
                 "last_error": view.errors.get(n.name, ""),
                 "server_up": n.server_up,
+                "starting_since": None
+                if n.starting_since_us is None
+                else n.starting_since_us / SECOND,
+                "last_startup_seconds": None if n.startup is None else n.startup.seconds,
                 "requests_kept": len(view.recent.get(n.name, ())),
                 "requests_in_window": len(reqs),
                 "requests": [
@@ -210,6 +214,10 @@ def _status_row(n: NodeSnapshot, view: StatusView) -> str:
     )
     journal = "followed" if n.up else "<span class=bad>not followed</span>"
     server = {1: "up", 0: "<span class=bad>down</span>", None: "unknown"}.get(n.server_up, "?")
+    if n.starting_since_us is not None:
+        server = f"starting ({duration(max(0, now - n.starting_since_us))})"
+    elif n.server_up == 1 and n.startup is not None:
+        server += f" (came up in {duration(n.startup.end_us - n.startup.start_us)})"
     error = escape(view.errors.get(n.name, ""))
     return (
         f"<tr><td>{name}</td>{state}<td class=num>{slots}</td>"

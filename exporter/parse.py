@@ -18,6 +18,10 @@ from exporter._compiled import speedups
 from exporter.logline import (
     CANCELLED,
     ERROR_REASON,
+    MARK_LISTENING,
+    MARK_STARTED,
+    MARK_STARTING,
+    SERVER_MARKS,
     UNTIMED,
     Event,
     EventKind,
@@ -63,7 +67,11 @@ KEYWORDS = (
     b"cancel task",
     b"send_error",
     b"listening on",
+    b"initializing",  # (start-up lines: `llama_server: initializing ...`)
+    b"loading model",
+    b"model loaded",
     # systemd's own lines for the unit (`journalctl -u` shows them, from PID 1)
+    b"Starting ",
     b"Started ",
     b"Stopping ",
     b"Stopped ",
@@ -98,7 +106,10 @@ _SEND_ERROR = re.compile(r"\bsend_error: task id = (\d+)")
 # `Stopping` its process has gone (what it held in flight was aborted)
 _UNIT_DOWN = ("Stopping ", "Stopped ", "Failed to start ")
 _UNIT_DOWN_IN = (": Deactivated successfully", ": Failed with result ", ": Main process exited")
-UNIT_STOPPING, UNIT_UP, UNIT_GONE = 0, 1, 2  # (a UNIT token's count)
+UNIT_STOPPING, UNIT_UP, UNIT_GONE, UNIT_STARTING = 0, 1, 2, 3  # (a UNIT token's count)
+# the log prefix of era D builds: elapsed `M.SS.mmm.uuu L ` or wall-clock `Y-M-D H:M:S.mmm L `
+_ELAPSED = re.compile(r"(\d{1,9})\.(\d\d)\.(\d{3})\.(\d{3}) [A-Z] ")
+_WALL = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{3}) [A-Z] ")
 # router mode (tools/server/server-models.cpp): `LOG("[%5d] %s", port, line)` for an instance's
 # line, `spawning server instance with name=%s on port %d`, `instance name=%s exited with
 # status %d`
@@ -124,7 +135,9 @@ class ParseError(ValueError):
 OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE, SLOTS, EXIT = range(9)  # (PROMPT, EVAL adj.)
 # (the compiled tokenizer makes none of these: cancel and error lines, the server's `listening
 # on`, systemd's lines for the unit, whose count is 1 for running and 0 for stopped)
-CANCEL, ERROR, LISTEN, UNIT, INSTANCE = range(9, 14)
+CANCEL, ERROR, LISTEN, UNIT, INSTANCE, PHASE = range(9, 15)
+# the start-up lines' marks (a PHASE token's count: its index in SERVER_MARKS; LISTEN and SLOTS
+# lines are marks too): a PHASE, LISTEN or SLOTS token's microseconds are its line's clock
 Token = tuple[int, int | None, int | None, int | None, int | None]
 
 
@@ -356,7 +369,7 @@ class Parser:
                 continue
             kind, slot, task, us, count = token
             if kind >= CANCEL:  # (rare: cancel and error lines, the server's state)
-                self._rare(line, kind, task, count, out)
+                self._rare(line, kind, task, us, count, out)
                 continue
             if line.pid != self.pid and line.pid:
                 self._same_server(line, out)
@@ -415,6 +428,7 @@ class Parser:
                 assert count is not None
                 self.n_slots = count
                 out.append(Event(self.node, line.time_us, EventKind.SLOTS, line.pid, count))
+                out.append(self._mark_event(line, SERVER_MARKS[2], us))
                 if self.up != 1:
                     self._state(1, line, out)
             elif kind == EXIT:
@@ -424,12 +438,24 @@ class Parser:
                     self._state(0, line, out)
 
     def _rare(
-        self, line: LogLine, kind: int, task: int | None, count: int | None, out: list[Record]
+        self,
+        line: LogLine,
+        kind: int,
+        task: int | None,
+        us: int | None,
+        count: int | None,
+        out: list[Record],
     ) -> None:
         """A cancel or error line (it marks its task), the server's `listening on`, or one of
         systemd's lines for the unit (from PID 1: they never switch the server)."""
         if kind == UNIT:
             if line.pid in (0, 1):
+                if count in (UNIT_STARTING, UNIT_UP):
+                    mark = MARK_STARTING if count == UNIT_STARTING else MARK_STARTED
+                    out.append(self._mark_event(line, mark, None))
+                if count == UNIT_STARTING:  # (not running yet, nor stopped: a failure says)
+                    self.up = -1
+                    return
                 self._state(1 if count == UNIT_UP else 0, line, out)
                 if count == UNIT_GONE:
                     self._all_gone(min(line.time_us, self.horizon_us), out)
@@ -440,7 +466,10 @@ class Parser:
             return
         if line.pid != self.pid and line.pid:
             self._same_server(line, out)
-        if kind == LISTEN:
+        if kind in (LISTEN, PHASE):
+            assert count is not None or kind == LISTEN
+            mark = MARK_LISTENING if kind == LISTEN else SERVER_MARKS[cast(int, count)]
+            out.append(self._mark_event(line, mark, us))
             if self.up != 1:
                 self._state(1, line, out)
         elif task is not None:
@@ -795,6 +824,11 @@ class Parser:
                 )
             )
 
+    def _mark_event(self, line: LogLine, mark: str, clock: int | None) -> Event:
+        return Event(
+            self.node, line.time_us, EventKind.PHASE, line.pid, None, clock, mark, self.model
+        )
+
     def _error(self, line: LogLine, why: str) -> Event:
         return Event(
             self.node,
@@ -933,8 +967,12 @@ def tokenize(msg: str) -> Token | None:
             return (OTHER, None, None, None, None)
         return (CANCEL if kind == "cancel" else ERROR, None, int(m.group(1)), None, None)
     if kind == "listen":
-        return (LISTEN, None, None, None, None)
+        return (LISTEN, None, None, clock(msg), None)
+    if kind in _PHASE_KINDS:
+        return (PHASE, None, None, clock(msg), _PHASE_KINDS[kind])
     if kind == "unit":
+        if msg.startswith("Starting "):
+            return (UNIT, None, None, None, UNIT_STARTING)
         if not _unit_down(msg):
             return (UNIT, None, None, None, UNIT_UP)
         return (UNIT, None, None, None, UNIT_STOPPING if msg.startswith("Stopping ") else UNIT_GONE)
@@ -947,7 +985,7 @@ def tokenize(msg: str) -> Token | None:
         text = m.group(1)
         if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= MAX_SLOTS:
             raise ParseError(f"not a slot count: {text!r}")
-        return (SLOTS, None, None, None, int(text))
+        return (SLOTS, None, None, clock(msg), int(text))
     if kind == "component":
         m = _PROMPT.search(msg)
         if m is not None:
@@ -1014,11 +1052,52 @@ def classify(msg: str) -> str | None:
         return "error"
     if "listening on" in msg:
         return "listen"
+    if "model loaded" in msg:
+        return "loaded"
+    if "loading model" in msg:
+        return "loading"
+    if ": initializing" in msg:
+        return "initializing"
     if "spawning server instance" in msg or "exited with status" in msg:
         return "instance"
-    if msg.startswith(("Started ", *_UNIT_DOWN)) or any(s in msg for s in _UNIT_DOWN_IN):
+    if msg.startswith(_UNIT_LINES) or any(s in msg for s in _UNIT_DOWN_IN):
         return "unit"
     return None
+
+
+_UNIT_LINES = ("Started ", "Starting ", *_UNIT_DOWN)
+_PHASE_KINDS = {"initializing": 0, "loading": 1, "loaded": 3}  # (their index in SERVER_MARKS)
+MAX_CLOCK_US = 2**53  # (a prefix beyond it is garbled: no clock)
+
+
+def clock(msg: str) -> int | None:
+    """The line's own time from its log prefix, in microseconds: since the server's log began
+    (elapsed), or of the wall clock's local time taken as UTC (only differences count); None
+    without a prefix."""
+    m = _ELAPSED.match(msg)
+    if m is not None:
+        minutes, secs, ms, us = (int(g) for g in m.groups())
+        value = ((minutes * 60 + secs) * 1000 + ms) * 1000 + us
+        return value if value < MAX_CLOCK_US else None
+    m = _WALL.match(msg)
+    if m is None:
+        return None
+    y, mo, d, h, mi, sec, ms = (int(g) for g in m.groups())
+    if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and sec < 61):
+        return None
+    days = _days(y, mo, d)
+    return (((days * 24 + h) * 60 + mi) * 60 + sec) * 1_000_000 + ms * 1000
+
+
+def _days(y: int, m: int, d: int) -> int:
+    """Days from 1970-01-01 to the date (proleptic Gregorian; a day past a month's end runs on
+    into the next, as only differences count)."""
+    y -= m <= 2
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
 
 
 def _model_name(text: str) -> str:

@@ -59,7 +59,7 @@ class Named:
 def named_paths(cfg: Config) -> Iterator[Named]:
     """Every local path the config names, with its key path, but the state directory."""
     for i, n in enumerate(cfg.nodes):
-        at = f"nodes[{i}]"
+        at = f"nodes[{_index(cfg, n.name, i)}]"
         if isinstance(n, FileNode):
             yield Named(f"{at}.path", n.path, regular=False)  # (a FIFO is followed too)
         elif isinstance(n, JournalNode):
@@ -76,8 +76,18 @@ def named_paths(cfg: Config) -> Iterator[Named]:
                 yield Named(f"{at}.password_file", n.password_file)
             if n.passphrase_file is not None:
                 yield Named(f"{at}.passphrase_file", n.passphrase_file)
+    for t in cfg.init_timelines:  # (a run directory, or a dump)
+        at = f"nodes[{_index(cfg, t.name, 0)}]"
+        yield Named(f"{at}.path", t.path, directory=t.path.is_dir(), regular=False)
+        if t.dump is not None:
+            yield Named(f"{at}.dump", t.dump)
     if cfg.web_config_file is not None:
         yield Named("web_config_file", cfg.web_config_file)
+
+
+def _index(cfg: Config, name: str, otherwise: int) -> int:
+    """Where `nodes:` lists the node (the init-timeline nodes are kept apart)."""
+    return cfg.node_order.index(name) if name in cfg.node_order else otherwise
 
 
 def problems(

@@ -21,6 +21,7 @@ from exporter.accounting import SECOND, Accounting, Snapshot
 from exporter.kinds import Kinds
 from exporter.logline import REASONS, Batch, Event, EventKind, Interval, Record
 from exporter.parse import DEFAULT_SLOTS, Parser
+from exporter.startups import Startup
 from exporter.timeline import Window
 
 # Column labels the seed prints for its two kinds.
@@ -38,13 +39,16 @@ class Report:
     timeline: Window | None  # what the window draws (the HTML report); None: not built
     durations_us: dict[str, list[int]] = field(default_factory=dict)  # kind -> counted requests
     errors: dict[str, list[str]] = field(default_factory=dict)  # node -> the first few, named
+    # the llama-server start-ups that began in the window, in order of their start (those not
+    # done by the end of what was read last, as they were then)
+    startups: list[Startup] = field(default_factory=list)
 
     @property
     def wall_s(self) -> float:
         return self.until_us / SECOND - self.since_us / SECOND
 
 
-_PARSE_ERROR = EventKind.PARSE_ERROR
+_PARSE_ERROR, _PHASE = EventKind.PARSE_ERROR, EventKind.PHASE
 ERRORS_KEPT = 5  # parse errors named per node (all are counted)
 
 
@@ -66,7 +70,14 @@ class Builder:
     ) -> None:
         self.kinds, self.since_us, self.until_us = kinds, since_us, until_us
         self.max_request_us = max_request_us
-        self.acc = Accounting(list(nodes), kinds, origin_us=since_us, max_request_us=max_request_us)
+        self._startups: list[Startup] = []  # (every one that ended, as it ended)
+        self.acc = Accounting(
+            list(nodes),
+            kinds,
+            origin_us=since_us,
+            max_request_us=max_request_us,
+            startups=self._startups,
+        )
         self.parsers = {n: Parser(n, slots=slots, gone_us=max_request_us) for n in nodes}
         self._counted: list[tuple[int | None, int]] = []  # (tokens, duration) of each counted
         self.errors: dict[str, list[str]] = {n: [] for n in nodes}
@@ -91,8 +102,24 @@ class Builder:
             into.append(duration_us)
         snap = self.acc.snapshot()
         return Report(
-            self.since_us, self.until_us, snap, self.kinds, self.timeline, durations, self.errors
+            self.since_us,
+            self.until_us,
+            snap,
+            self.kinds,
+            self.timeline,
+            durations,
+            self.errors,
+            self._window_startups(),
         )
+
+    def _window_startups(self) -> list[Startup]:
+        ended = list(self._startups)
+        for ns in self.acc.nodes.values():
+            still = ns.startups.in_progress()
+            if still is not None:  # (not done by the end of what was read: as it stood)
+                ended.append(still)
+        window = [s for s in ended if self.since_us <= s.start_us <= self.until_us]
+        return sorted(window, key=lambda s: (s.start_us, s.node))
 
     def _add_all(self, recs: list[Record]) -> None:
         """The records, in order: those in the window (nearly all) in runs through the
@@ -129,7 +156,9 @@ class Builder:
                 self.acc.add(rec, count=False)
             return
         assert isinstance(rec, Event)
-        if rec.kind is _PARSE_ERROR:
+        if rec.kind is _PHASE:  # (a start-up that began in the window may end after it)
+            self.acc.add(rec)
+        elif rec.kind is _PARSE_ERROR:
             self.acc.add(rec)
             kept = self.errors[rec.node]
             if len(kept) < ERRORS_KEPT:

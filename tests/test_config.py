@@ -223,18 +223,20 @@ BAD: list[tuple[str, str, list[str]]] = [
         "source-near-miss",
         y("nodes:", "  - name: a", "    source: jornal"),
         [
-            "cfg.yaml:3: nodes[0].source: must be one of file, journal, ssh, got 'jornal' (did you mean 'journal'?)"
+            "cfg.yaml:3: nodes[0].source: must be one of file, journal, ssh, init-timeline, got 'jornal' (did you mean 'journal'?)"
         ],
     ),
     (
         "source-no-near-miss",
         y("nodes:", "  - {name: a, source: docker}"),
-        ["cfg.yaml:2: nodes[0].source: must be one of file, journal, ssh, got 'docker'"],
+        [
+            "cfg.yaml:2: nodes[0].source: must be one of file, journal, ssh, init-timeline, got 'docker'"
+        ],
     ),
     (
         "source-missing",
         y("nodes:", "  - {name: a, path: /x}"),
-        ["cfg.yaml:2: nodes[0].source: must be one of file, journal, ssh, got None"],
+        ["cfg.yaml:2: nodes[0].source: must be one of file, journal, ssh, init-timeline, got None"],
     ),
     (
         "file-node-without-path",
@@ -517,7 +519,12 @@ def test_yaml_syntax_error_names_its_line(text: str, line: int | tuple[int, ...]
         ),
         pytest.param(
             y("nodes:", "  - {name: a, source: [file]}"),
-            [re.escape("cfg.yaml:2: nodes[0].source: must be one of file, journal, ssh") + ".*"],
+            [
+                re.escape(
+                    "cfg.yaml:2: nodes[0].source: must be one of file, journal, ssh, init-timeline"
+                )
+                + ".*"
+            ],
             id="source-a-list",
         ),
         pytest.param(
@@ -572,7 +579,7 @@ MANY_PROBLEMS = [
     "cfg.yaml:7: password: secrets are never inline: use password_file or password_env (a key's passphrase: passphrase_file or passphrase_env)",
     "cfg.yaml:9: kinds[0].name: must be a lower-case name (a-z, 0-9, _), not idle or unknown, got 'idle'",
     "cfg.yaml:10: kinds[1]: min_tokens 10 is above max_tokens 5",
-    "cfg.yaml:12: nodes[0].source: must be one of file, journal, ssh, got 'jornal' (did you mean 'journal'?)",
+    "cfg.yaml:12: nodes[0].source: must be one of file, journal, ssh, init-timeline, got 'jornal' (did you mean 'journal'?)",
     "cfg.yaml:13: nodes[1]: give password_file or password_env, not both",
     "cfg.yaml:13: nodes[1].port: must be a port 1..65535, got 0",
     "cfg.yaml:14: nodes[2].name: node 'b' is defined twice",
@@ -959,7 +966,7 @@ def test_example_commented_nodes_are_valid_once_uncommented() -> None:
     text, n = re.subn(r"(?m)^(\s*)# (- \{.*\})\s*$", r"\1\2", EXAMPLE_TEXT)
     assert n >= 2
     cfg = good(text)
-    assert {n.source for n in cfg.nodes} == ALL_SOURCES
+    assert {n.source for n in (*cfg.nodes, *cfg.init_timelines)} == ALL_SOURCES
 
 
 # -- the command line (the `cli` fixture: conftest.py) ----------------------------------------
@@ -1063,6 +1070,7 @@ NODE_OF = {
     "file": "{name: a, source: file, path: /dev/null}",
     "journal": "{name: a, source: journal}",
     "ssh": "{name: a, source: ssh, host: h, known_hosts: /etc/passwd}",  # (any regular file)
+    "init-timeline": "{name: a, source: init-timeline, path: /tmp}",
 }
 UNAVAILABLE = sorted(ALL_SOURCES - sources.AVAILABLE)
 

@@ -539,6 +539,7 @@ def test_filtered_lines_parse_like_every_line(tmp_path: Path, form: str, chunk: 
         {
             (EventKind.SERVER_UP, None): 1,
             (EventKind.SLOTS, None): 1,
+            (EventKind.PHASE, None): 2,  # (start-up marks: no prefix, no clock in `task`)
             (EventKind.STARTED, 36): 1,
             (EventKind.STARTED, 37): 1,
             (EventKind.STARTED, 38): 1,

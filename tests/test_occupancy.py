@@ -501,10 +501,12 @@ def test_systemd_lines_switch_the_state_never_the_server() -> None:
     )
     kinds = [r.kind for r in recs if type(r) is Event]
     assert kinds == [
+        EventKind.PHASE,  # (`Started`: a start-up's first mark)
         EventKind.SERVER_UP,
         EventKind.STARTED,
         EventKind.SERVER_DOWN,
         EventKind.ABORTED,  # the unit's process has gone: what it held ends there
+        EventKind.PHASE,
         EventKind.SERVER_UP,
     ]
     assert p.pid == PID  # systemd's PID 1 is no llama-server: no restart
@@ -512,7 +514,8 @@ def test_systemd_lines_switch_the_state_never_the_server() -> None:
     # a unit line from a source without PIDs counts; from llama-server's own PID it is none
     q = Parser("n")
     assert q.feed_all(lines((0, "Started sm-llm.service - sm-llm llama-server.", 0))) == [
-        Event("n", T0, EventKind.SERVER_UP, 0)
+        Event("n", T0, EventKind.PHASE, 0, detail="started"),
+        Event("n", T0, EventKind.SERVER_UP, 0),
     ]
     assert q.feed_all(lines((5, "Stopping sm-llm.service - x...", PID))) == []
 
@@ -637,7 +640,11 @@ def test_router_lines_quoted_in_a_huge_request_path_read_in_linear_time() -> Non
             (30, "srv           run: instance name=tiny-a exited with status -9"),
         )
     )
-    assert [(r.kind, r.slot, r.model) for r in recs if type(r) is Event] == [
+    assert [
+        (r.kind, r.slot, r.model)
+        for r in recs
+        if type(r) is Event and r.kind is not EventKind.PHASE
+    ] == [
         (EventKind.SLOTS, 0, ""),
         (EventKind.SLOTS, 2, ""),
         (EventKind.RESTART, None, "tiny-a"),

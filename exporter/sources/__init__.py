@@ -30,7 +30,8 @@ __all__ = [
 
 # The kinds of source this installation can read (`journal` needs systemd-python).
 AVAILABLE = frozenset(
-    {"file", "ssh"} | ({"journal"} if importlib.util.find_spec("systemd") is not None else set())
+    {"file", "ssh", "init-timeline"}
+    | ({"journal"} if importlib.util.find_spec("systemd") is not None else set())
 )
 
 

@@ -11,7 +11,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from exporter.accounting import SECOND, Accounting, Snapshot
 from exporter.collector import SnapshotCollector
 from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.logline import Event, EventKind, Interval
+from exporter.logline import MARKS, Event, EventKind, Interval
+from exporter.phases import Figures
 
 START = 1_790_000_000 * SECOND  # (long past)
 
@@ -19,6 +20,18 @@ START = 1_790_000_000 * SECOND  # (long past)
 def rich_accounting() -> tuple[Accounting, list[str]]:
     names = [f"node{i:02d}" for i in range(12)] + ['we"ird\\no\nde']
     acc = Accounting(names, Kinds(DEFAULT_RULES), origin_us=START)
+    acc.init_timelines = {  # (two init-timeline nodes: one read, one not)
+        "omni0": Figures(
+            "omni0",
+            True,
+            t0=1_790_000_000.25,
+            total_s=612.5,
+            phases=(("-", "engine", "stage_init", 600.0), ("0", 'wor"ker', "load\nweights", 3.5)),
+            suggested=(("stage_init_timeout", 300), ("init_timeout", 919)),
+            skipped=2,
+        ),
+        "omni1": Figures("omni1", False, "init-timeline node omni1: /x: no such file"),
+    }
     return acc, names
 
 
@@ -43,6 +56,12 @@ def traffic(acc: Accounting, names: list[str], rng: random.Random, n: int, t_us:
                 )
             )
         acc.line_read(node, t_us, rng.randrange(1, 3_000_000))
+    # a start-up done on one node, one in progress on another (their marks, PID 1 systemd's)
+    for node, marks in ((names[1], MARKS), (names[2], MARKS[:4])):
+        for i, mark in enumerate(marks):
+            pid = 1 if i < 2 else 7000 + n
+            acc.add(Event(node, t_us + i * SECOND, EventKind.PHASE, pid, None, i * 999, mark))
+    t_us += len(MARKS) * SECOND
     acc.source_state(names[0], up=True, caught_up=False, now_us=t_us, lag_us=1_234_567)
     acc.advance(t_us - 30 * SECOND)
     return t_us
