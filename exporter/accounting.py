@@ -453,6 +453,11 @@ class Accounting:
         elif kind is EventKind.PARSE_ERROR:
             ns.parse_errors += 1
 
+    def add_startup(self, ev: Event) -> None:
+        """A start-up line's PHASE event, or the server's going down, for the start-ups only
+        (the report's, from beyond its window: a start-up that began in it ends there)."""
+        self._startup(self.nodes[ev.node], ev)
+
     def _startup(self, ns: NodeState, ev: Event) -> None:
         ended = ns.startups.add(ev)
         if ended is not None and self.startups is not None:
@@ -681,7 +686,10 @@ class Accounting:
         return {
             "startup": last,
             "starting_since_us": since,
-            "starting_us": 0 if since is None else max(0, self.now_us - since),
+            # (while its source catches up, as far as its journal was read)
+            "starting_us": 0
+            if since is None
+            else max(0, (self.now_us if ns.caught_up else ns.newest_us) - since),
             "last_start_us": None if newest is None else newest.start_us,
         }
 

@@ -286,6 +286,9 @@ class Daemon:
                 log.info("init-timeline node %s: read (%d skipped)", figures.node, figures.skipped)
             else:
                 log.warning("%s", figures.error)
+        if figures.named and (was is None or was.named != figures.named):
+            for why in figures.named:
+                log.warning("init-timeline node %s: skipped %s", figures.node, why)
         if figures.node in {n.name for n in self.config.init_timelines}:
             self.acc.init_timelines[figures.node] = figures
 
@@ -461,6 +464,7 @@ class Daemon:
         self.config = new
         acc = self._fresh_accounting()
         notes = restore(acc, state)
+        acc.now_us = self.acc.now_us  # (a start-up's age runs on until the next tick)
         acc.init_timelines = {  # (its watchers start again below: until they read, as it was)
             n.name: self.acc.init_timelines[n.name]
             for n in new.init_timelines

@@ -13,8 +13,10 @@ A record is read as the seed's `ingest_workers` reads a line (`str(d["name"])`,
 `float(d["start"])`, `int(d.get("pid", 0) or 0)`, ...; a dump's role defaults to "engine"),
 and one it skips is skipped here, named `<path>:<line>: <why>` (a dump's: `<path>: phases[<i>]:
 <why>`). Where this differs from the seed, the reason says so:
-- a start or end not finite (NaN, inf), or a `stage_id` neither null nor an int (a bool is no
-  int), is skipped: the seed takes it and then prints garbage, or crashes on an unhashable stage;
+- a start or end not finite (NaN, inf) or no time (beyond 1e11 s of the epoch: spans would
+  overflow), or a `stage_id` neither null nor an int (a bool is no int), is skipped: the seed
+  takes it and then prints garbage, or crashes on an unhashable stage or an infinite span;
+- a lone surrogate in a name or role (JSON's `\\ud800`) is replaced: it cannot be written;
 - a number too large for a float and JSON nested too deeply are skipped (the seed crashes);
 - a line over 1 MiB is skipped; a last line with no newline that does not parse is skipped as
   "truncated (still being written?)";
@@ -41,6 +43,7 @@ from exporter.phases import Phase, Timeline
 
 MAX_FILE_BYTES = 64 << 20  # a file larger than this is refused
 MAX_LINE_CHARS = 1 << 20  # a worker line longer than this is skipped
+MAX_TIME_S = 1e11  # a start or end further from the epoch (year 5138) is no time
 SCHEMA_VERSION = 1
 WORKER_GLOB = "worker_*.jsonl"
 TRUNCATED = "truncated (still being written?)"
@@ -101,11 +104,11 @@ def _phase(d: object, role: str) -> Phase:
         raise _Skip(f"not a JSON object but {type(d).__name__}")
     if "name" not in d:
         raise _Skip("no 'name'")
-    name = str(d["name"])
+    name = _text(d["name"])
     start, end = _number(d, "start"), _number(d, "end")
     stage_id = d.get("stage_id")
     replica_id, pid = _count(d, "replica_id"), _count(d, "pid")
-    role = str(d.get("role", role))
+    role = _text(d.get("role", role))
     try:
         extra = dict(d.get("extra") or {})
     except (ValueError, TypeError):
@@ -113,6 +116,8 @@ def _phase(d: object, role: str) -> Phase:
     for key, value in (("start", start), ("end", end)):
         if not math.isfinite(value):
             raise _Skip(f"{key} is not finite: {value} (the seed takes it)")
+        if abs(value) > MAX_TIME_S:
+            raise _Skip(f"{key} is no time: {value:g} s (the seed takes it)")
     if stage_id is not None and (not isinstance(stage_id, int) or isinstance(stage_id, bool)):
         raise _Skip(f"stage_id is neither null nor an int: {_short(stage_id)} (the seed takes it)")
     return Phase(name, start, end, stage_id, replica_id, pid, role, extra)
@@ -144,15 +149,22 @@ def parse_worker(text: str, name: str) -> tuple[list[Phase], list[str]]:
     return phases, skipped
 
 
+def _text(value: object) -> str:
+    """`str(value)` as the seed takes it, fit to be written out (a lone surrogate that JSON's
+    `\\ud800` makes is replaced: it cannot be encoded)."""
+    return str(value).encode("utf-8", "replace").decode("utf-8")
+
+
 def _finite(value: object) -> float | None:
-    """`value` as a float if it is a finite JSON number (no bool), else None."""
+    """`value` as a float if it is a finite JSON number (no bool) and a time (within
+    MAX_TIME_S of the epoch), else None."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         return None
     try:
         number = float(value)
     except OverflowError:
         return None
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) and abs(number) <= MAX_TIME_S else None
 
 
 def parse_dump(text: str, name: str) -> tuple[Timeline, list[str]]:

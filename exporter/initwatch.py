@@ -33,10 +33,27 @@ def read(node: InitTimelineNode) -> Loaded | str:
 
 
 def figures(node: InitTimelineNode, loaded: Loaded | str, now: float) -> Figures:
-    """What the exporter shows of what was read, `now` (a start-up not done runs to it)."""
+    """What the exporter shows of what was read, `now` (a start-up not done runs to it). With
+    a dump, its start-up's: the phases from its t0 on (a run directory kept across start-ups
+    holds older ones' worker files too)."""
     if isinstance(loaded, str):
         return Figures(node.name, False, loaded)
-    return Figures.of(node.name, loaded.timeline, len(loaded.skipped), DEFAULT_FACTOR, now)
+    timeline = loaded.timeline if node.dump is None else loaded.timeline.from_t0()
+    return Figures.of(node.name, timeline, loaded.skipped, DEFAULT_FACTOR, now)
+
+
+def _look(
+    node: InitTimelineNode, paths: list[Path], seen: object, loaded: Loaded | str, now: float
+) -> tuple[object, Loaded | str, Figures | None]:
+    """One look (in a worker thread): the files read again when they changed or could not be
+    read last time, and the figures when there are new ones (a start-up not done: always)."""
+    now_seen = signature(paths)
+    if now_seen != seen or isinstance(loaded, str):
+        loaded = read(node)
+        return now_seen, loaded, figures(node, loaded, now)
+    if loaded.timeline.t_end is None:
+        return now_seen, loaded, figures(node, loaded, now)
+    return now_seen, loaded, None
 
 
 async def watch(
@@ -47,14 +64,10 @@ async def watch(
     """Hand `put` the node's figures at the start and after every change, until cancelled (and
     at every look while its start-up is not done: its total grows)."""
     paths = paths_of(node)
-    seen: tuple[object, ...] | None = None
+    seen: object = None
     loaded: Loaded | str = ""
     while True:
-        now_seen = await asyncio.to_thread(signature, paths)
-        if now_seen != seen:
-            seen = now_seen
-            loaded = await asyncio.to_thread(read, node)
-            put(figures(node, loaded, clock()))
-        elif not isinstance(loaded, str) and loaded.timeline.t_end is None:
-            put(figures(node, loaded, clock()))
+        seen, loaded, new = await asyncio.to_thread(_look, node, paths, seen, loaded, clock())
+        if new is not None:
+            put(new)
         await asyncio.sleep(node.poll_seconds)

@@ -969,6 +969,8 @@ def tokenize(msg: str) -> Token | None:
     if kind == "listen":
         return (LISTEN, None, None, clock(msg), None)
     if kind in _PHASE_KINDS:
+        if kind == "loaded" and any(s in msg for s in _ERA_B_READY):
+            return (LISTEN, None, None, clock(msg), None)  # (its HTTP server listened before)
         return (PHASE, None, None, clock(msg), _PHASE_KINDS[kind])
     if kind == "unit":
         if msg.startswith("Starting "):
@@ -1066,6 +1068,9 @@ def classify(msg: str) -> str | None:
 
 
 _UNIT_LINES = ("Started ", "Starting ", *_UNIT_DOWN)
+# Era B (2024) logged `HTTP server listening` before loading the model: its `model loaded`
+# (`INFO [ main] model loaded | ...`, or JSON's `"msg":"model loaded"`) is when it serves
+_ERA_B_READY = ("] model loaded", '"msg":"model loaded"')
 _PHASE_KINDS = {"initializing": 0, "loading": 1, "loaded": 3}  # (their index in SERVER_MARKS)
 MAX_CLOCK_US = 2**53  # (a prefix beyond it is garbled: no clock)
 

@@ -14,7 +14,7 @@ the `now` the caller gives.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,10 @@ DEFAULT_STAGE_INIT_TIMEOUT_S = 300
 DEFAULT_INIT_TIMEOUT_S = 600
 DEFAULT_FACTOR = 1.5
 TIMEOUTS = ("stage_init_timeout", "init_timeout")
+MAX_TIMEOUT_S = 10**15  # (a suggestion beyond any span a time can make)
+# what an init-timeline node's figures hold at most: (stage, role, phase) series, label length
+MAX_SERIES, MAX_LABEL = 500, 200
+NAMED = 5  # malformed records named in the log (all are counted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +128,14 @@ class Timeline:
             if stage_id is not None:
                 stage_max = max(stage_max, hi - lo)
         return {
-            "stage_init_timeout": max(DEFAULT_STAGE_INIT_TIMEOUT_S, math.ceil(stage_max * factor)),
-            "init_timeout": max(DEFAULT_INIT_TIMEOUT_S, math.ceil(self.total_s(now) * factor)),
+            "stage_init_timeout": max(DEFAULT_STAGE_INIT_TIMEOUT_S, _ceil(stage_max * factor)),
+            "init_timeout": max(DEFAULT_INIT_TIMEOUT_S, _ceil(self.total_s(now) * factor)),
         }
+
+    def from_t0(self) -> Timeline:
+        """Only the phases that began at t0 or after: this start-up's, where a run directory
+        holds older ones' too."""
+        return Timeline(self.t0, self.t_end, tuple(p for p in self.phases if p.start >= self.t0))
 
     def to_dict(self, now: float | None = None) -> dict[str, Any]:
         return {
@@ -135,6 +144,11 @@ class Timeline:
             "total_s": self.total_s(now),
             "phases": [p.to_dict() for p in self.phases],
         }
+
+
+def _ceil(seconds: float) -> int:
+    """Seconds rounded up (a span beyond any time, inf included, is MAX_TIMEOUT_S)."""
+    return math.ceil(seconds) if seconds < MAX_TIMEOUT_S else MAX_TIMEOUT_S
 
 
 def _order(p: Phase) -> tuple[float, float]:
@@ -169,13 +183,27 @@ class Figures:
     phases: tuple[tuple[str, str, str, float], ...] = ()  # (stage, role, phase, seconds)
     suggested: tuple[tuple[str, int], ...] = ()  # (timeout, seconds)
     skipped: int = 0  # malformed records in the files read
+    named: tuple[str, ...] = ()  # the first few of them, named by file and line
 
     @classmethod
-    def of(cls, node: str, timeline: Timeline, skipped: int, factor: float, now: float) -> Figures:
+    def of(
+        cls,
+        node: str,
+        timeline: Timeline,
+        skipped: Sequence[str],
+        factor: float,
+        now: float,
+    ) -> Figures:
+        named = tuple(skipped[:NAMED])
+        count = len(skipped)
         longest: dict[tuple[str, str, str], float] = {}
         for p in timeline.phases:
-            key = ("-" if p.stage_id is None else str(p.stage_id), p.role, p.name)
-            longest[key] = max(longest.get(key, 0.0), p.dur_s)
+            key = ("-" if p.stage_id is None else str(p.stage_id), p.role[:MAX_LABEL], p.name)
+            key = (*key[:2], key[2][:MAX_LABEL])
+            if key in longest or len(longest) < MAX_SERIES:
+                longest[key] = max(longest.get(key, 0.0), p.dur_s)
+            else:
+                count += 1  # (beyond the series a node may have: counted, not shown)
         return cls(
             node,
             True,
@@ -184,5 +212,6 @@ class Figures:
             timeline.total_s(now),
             tuple((*k, v) for k, v in sorted(longest.items())),
             tuple(timeline.suggest_timeouts(factor, now).items()),
-            skipped,
+            count,
+            named,
         )

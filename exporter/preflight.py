@@ -78,11 +78,18 @@ def named_paths(cfg: Config) -> Iterator[Named]:
                 yield Named(f"{at}.passphrase_file", n.passphrase_file)
     for t in cfg.init_timelines:  # (a run directory, or a dump)
         at = f"nodes[{_index(cfg, t.name, 0)}]"
-        yield Named(f"{at}.path", t.path, directory=t.path.is_dir(), regular=False)
+        yield Named(f"{at}.path", t.path, directory=_is_dir(t.path), regular=False)
         if t.dump is not None:
             yield Named(f"{at}.dump", t.dump)
     if cfg.web_config_file is not None:
         yield Named("web_config_file", cfg.web_config_file)
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # (checking it says why)
+        return False
 
 
 def _index(cfg: Config, name: str, otherwise: int) -> int:

@@ -48,7 +48,7 @@ class Report:
         return self.until_us / SECOND - self.since_us / SECOND
 
 
-_PARSE_ERROR, _PHASE = EventKind.PARSE_ERROR, EventKind.PHASE
+_PARSE_ERROR, _PHASE, _DOWN = EventKind.PARSE_ERROR, EventKind.PHASE, EventKind.SERVER_DOWN
 ERRORS_KEPT = 5  # parse errors named per node (all are counted)
 
 
@@ -71,6 +71,7 @@ class Builder:
         self.kinds, self.since_us, self.until_us = kinds, since_us, until_us
         self.max_request_us = max_request_us
         self._startups: list[Startup] = []  # (every one that ended, as it ended)
+        self._read_us: dict[str, int] = {}  # per node, the newest journal time read
         self.acc = Accounting(
             list(nodes),
             kinds,
@@ -85,6 +86,8 @@ class Builder:
 
     def add(self, batch: Batch) -> None:
         node = batch.node
+        if batch.newest_us is not None and batch.newest_us > self._read_us.get(node, 0):
+            self._read_us[node] = batch.newest_us
         for error in batch.errors:  # an unreadable line still counts, as a parse error
             self._add(Event(node, self.since_us, _PARSE_ERROR, detail=error))
         self._add_all(self.parsers[node].feed_all(batch.lines))
@@ -114,8 +117,8 @@ class Builder:
 
     def _window_startups(self) -> list[Startup]:
         ended = list(self._startups)
-        for ns in self.acc.nodes.values():
-            still = ns.startups.in_progress()
+        for node, ns in self.acc.nodes.items():
+            still = ns.startups.in_progress(self._read_us.get(node, 0))
             if still is not None:  # (not done by the end of what was read: as it stood)
                 ended.append(still)
         window = [s for s in ended if self.since_us <= s.start_us <= self.until_us]
@@ -156,8 +159,8 @@ class Builder:
                 self.acc.add(rec, count=False)
             return
         assert isinstance(rec, Event)
-        if rec.kind is _PHASE:  # (a start-up that began in the window may end after it)
-            self.acc.add(rec)
+        if rec.kind is _PHASE or rec.kind is _DOWN:  # (a start-up may end after the window)
+            self.acc.add_startup(rec)
         elif rec.kind is _PARSE_ERROR:
             self.acc.add(rec)
             kept = self.errors[rec.node]

@@ -65,14 +65,17 @@ def startups_json(
                 "suggested": t.suggest_timeouts(factor),
             }
         )
-    suggested = covering([s.timeline() for s in startups], factor)
+    suggested: dict[str, int] | None = None  # (none to measure: no suggestion)
+    if startups:
+        suggested = covering([s.timeline() for s in startups], factor)
+        suggested["TimeoutStartSec"] = suggested["init_timeout"]
     doc: dict[str, Any] = {
         "since": since_us / SECOND,
         "until": until_us / SECOND,
         "factor": factor,
         "unit": unit,
         "startups": rows,
-        "suggested": {**suggested, "TimeoutStartSec": suggested["init_timeout"]},
+        "suggested": suggested,
     }
     return json.dumps(doc, indent=2) + "\n"
 

@@ -195,7 +195,10 @@ class Tracker:
         if mark not in SERVER_MARKS:
             return None
         ended: Startup | None = None
-        if cur is not None and cur.pid and ev.pid and ev.pid != cur.pid:
+        if cur is not None and (
+            (cur.pid and ev.pid and ev.pid != cur.pid)
+            or (not ev.pid and mark == SERVER_MARKS[0] and cur.has(mark))
+        ):  # (a new server's first line; without PIDs, its first mark again)
             ended = self._end(REPLACED, t)
             cur = None
         if cur is None:
@@ -211,12 +214,14 @@ class Tracker:
             return self._end(DONE)
         return ended
 
-    def in_progress(self) -> Startup | None:
-        """The start-up in progress as it stands (RUNNING: up to its newest mark), if any."""
+    def in_progress(self, read_us: int = 0) -> Startup | None:
+        """The start-up in progress as it stands (RUNNING: up to `read_us`, how far its journal
+        was read, or its newest mark), if any."""
         cur = self.current
         if cur is None:
             return None
-        return cur.placed(self.node, RUNNING, max([cur.start_us, *(t for _, t, _ in cur.marks)]))
+        newest = max([read_us, cur.start_us, *(t for _, t, _ in cur.marks)])
+        return cur.placed(self.node, RUNNING, newest)
 
     def _open(self, start_us: int) -> _Open:
         self.current = _Open(start_us)

@@ -1230,3 +1230,23 @@ def test_check_config_command_in_a_process(
     assert stderr in r.stderr
     if code:
         assert r.stdout == ""
+
+
+def test_check_config_names_an_init_timeline_path_it_cannot_check(cli: Cli, tmp_path: Path) -> None:
+    """A path too long to stat, or missing, is a problem named by its key (not a traceback);
+    a dump beside a run directory is checked as a file."""
+    path = tmp_path / "c.yaml"
+    long = "/" + "a" * 300 + "/run"
+    path.write_text(
+        y(
+            "nodes:",
+            "  - {name: a, source: file, path: /dev/null}",
+            f"  - {{name: t, source: init-timeline, path: {long}}}",
+            f"  - {{name: u, source: init-timeline, path: {tmp_path}, dump: {tmp_path}}}",
+        ),
+        encoding="utf-8",
+    )
+    code, _, err = cli("check-config", str(path))
+    assert code == 1 and "Traceback" not in err
+    assert f"{path}:3: nodes[1].path: " in err
+    assert f"{path}:4: nodes[2].dump: {tmp_path} is a directory" in err

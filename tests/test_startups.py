@@ -286,6 +286,7 @@ def test_a_start_killed_at_its_timeout_never_listened_and_the_next_is_its_own() 
     snap = acc.snapshot().nodes[0]
     assert snap.startup is None  # (none listened)
     assert snap.starting_since_us == T0 + 95 * SECOND and snap.last_start_us == T0 + 95 * SECOND
+    acc.source_state("n", up=True, caught_up=True, now_us=T0 + 100 * SECOND, lag_us=0)
     acc.advance(T0 + 100 * SECOND)
     assert acc.snapshot().nodes[0].starting_us == 5 * SECOND
 
@@ -591,3 +592,84 @@ def test_report_startups_reads_them_from_a_real_journal_as_from_its_dump(tmp_pat
         (12195, DONE),
     ]
     assert all(r["first_mark"] == "started" for r in got["startups"])
+
+
+def test_era_b_serves_from_model_loaded_and_plain_logs_restart_apart() -> None:
+    """2024's server listened before loading (`HTTP server listening`, then `model loaded`):
+    its start-up is done at `model loaded`. Without PIDs, `initializing` again is a new
+    server: the one before it never listened, and each is placed by its own prefix."""
+    got, acc = tracked(
+        lines_of(
+            (0, 1, STARTED),
+            (10, 0, 'INFO [                    main] HTTP server listening | port="8080"'),
+            (9 * SECOND, 0, 'INFO [                    main] model loaded | tid="1" timestamp=1'),
+        )
+    )
+    assert [(s.end, s.end_us - T0) for s in got] == [(DONE, 9 * SECOND)]
+    assert acc.snapshot().nodes[0].starting_since_us is None
+    got, _ = tracked(
+        lines_of(*server_lines(0, pid=0, upto=2), *server_lines(200 * SECOND, pid=0, upto=5))
+    )
+    assert [(s.end, s.start_us - T0) for s in got] == [
+        (REPLACED, 1_700),
+        (DONE, 200 * SECOND + 1_700),
+    ]
+    assert got[1].end_us - got[1].start_us == 300 * SECOND + 3_100 - 1_500
+
+
+def test_report_startups_ends_a_start_up_where_the_unit_went_down_after_the_window(
+    tmp_path: Path,
+) -> None:
+    """A start-up that began in the window and was killed after it (its lines read up to
+    `--until` + max_request_seconds) is the start-up it was, not one cut at the window's end;
+    one still loading when the reading ends runs to there."""
+    killed = lines_of(
+        (0, 1, STARTING),
+        *server_lines(10_000, upto=2),
+        (500 * SECOND, 1, "sm-llm.service: start operation timed out. Terminating."),
+        (500 * SECOND + 5, 1, "sm-llm.service: Failed with result 'timeout'."),
+    )
+    loading = lines_of(
+        (0, 1, STARTING), *server_lines(10_000, upto=2), (400 * SECOND, 7, "x n_slots")
+    )
+    for name, lines in (("killed", killed), ("loading", loading)):
+        (tmp_path / f"{name}.log").write_text(short_iso(lines), encoding="utf-8")
+    from datetime import UTC, datetime
+
+    until = datetime.fromtimestamp(T0 / SECOND + 40, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    done = report(
+        "--since", "2026-01-01", "--until", until, "--startups", "--format", "json",
+        "--input", f"killed={tmp_path / 'killed.log'}",
+        "--input", f"loading={tmp_path / 'loading.log'}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = {r["node"]: r for r in json.loads(done.stdout)["startups"]}
+    assert rows["killed"]["ended"] == STOPPED
+    assert rows["killed"]["seconds"] == pytest.approx(500.000005)
+    assert rows["loading"]["ended"] == RUNNING
+    assert rows["loading"]["seconds"] == pytest.approx(400.0)
+    assert json.loads(done.stdout)["suggested"]["init_timeout"] == 751
+
+
+def test_a_start_ups_age_runs_as_far_as_its_journal_was_read_while_it_catches_up() -> None:
+    _, acc = tracked(lines_of((0, 1, STARTED), *server_lines(10_000, upto=2)))
+    acc.line_read("n", T0 + 30 * SECOND, 1)
+    acc.source_state("n", up=True, caught_up=False, now_us=T0 + 3600 * SECOND, lag_us=0)
+    acc.advance(T0 + 3600 * SECOND)
+    assert acc.snapshot().nodes[0].starting_us == 30 * SECOND  # (not the hour behind it)
+    acc.source_state("n", up=True, caught_up=True, now_us=T0 + 3600 * SECOND, lag_us=0)
+    assert acc.snapshot().nodes[0].starting_us == 3600 * SECOND
+
+
+def test_report_startups_suggests_nothing_without_a_start_up(tmp_path: Path) -> None:
+    dump = tmp_path / "quiet.log"
+    dump.write_text(short_iso(lines_of((10, PID, "slot launch_slot_: id  0 | task 1 |"))))
+    window = ["--since", "2026-01-01", "--until", "2027-01-01", "--startups"]
+    done = report(*window, "--input", f"q={dump}", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert (
+        json.loads(done.stdout)["startups"] == [] and json.loads(done.stdout)["suggested"] is None
+    )
+    text = report(*window, "--input", f"q={dump}").stdout
+    assert "no llama-server start-up began in the window" in text
+    assert "TimeoutStartSec=" not in text
