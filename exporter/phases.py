@@ -22,7 +22,6 @@ from typing import Any
 DEFAULT_STAGE_INIT_TIMEOUT_S = 300
 DEFAULT_INIT_TIMEOUT_S = 600
 DEFAULT_FACTOR = 1.5
-TIMEOUTS = ("stage_init_timeout", "init_timeout")
 MAX_TIMEOUT_S = 10**15  # (a suggestion beyond any span a time can make)
 # what an init-timeline node's figures hold at most: (stage, role, phase) series, label length
 MAX_SERIES, MAX_LABEL = 500, 200

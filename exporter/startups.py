@@ -38,7 +38,6 @@ PHASES = {
     "slots": "init_slots",
     "loaded": "start_http",
 }
-PHASE_NAMES = (UNIT_PHASE, *PHASES.values())
 # how a start-up ended: done, or before listening; or that it had not ended yet
 DONE, STOPPED, REPLACED, RUNNING = "listening", "stopped", "replaced", "starting"
 SERVER_ROLE, UNIT_ROLE = "server", "systemd"  # (the table's role column: 7 wide)

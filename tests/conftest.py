@@ -13,6 +13,7 @@ from exporter.cli import main
 
 from support.scrape import Samples, http_get, parse_metrics, sample
 from support.tools import IN_CI, deadline, free_port, require_tool, wait_for
+from support.vllm_timeline import require_seed
 
 __all__ = [
     "IN_CI",
@@ -29,6 +30,12 @@ __all__ = [
 
 CLI_DEADLINE_S = 10.0  # (a hang becomes a failure)
 Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def seed_file() -> object:
+    """vllm-omni's init_timeline.py (the seed) is here: `needs_seed` (support.vllm_timeline)."""
+    return require_seed()
 
 
 @pytest.fixture

@@ -37,26 +37,23 @@ from exporter.inittimeline import (
 )
 from exporter.phases import Phase, Timeline
 
+from conftest import Cli
 from support.vllm_timeline import (
     BAD_JSON,
     BAD_START,
     SeedRun,
     load_seed,
+    needs_seed,
     record_run,
-    seed_path,
+    require_seed,
 )
 
-SEED_ABSENT_OUTSIDE_CI = not seed_path().is_file() and not os.environ.get("CI")
-needs_seed = pytest.mark.skipif(
-    SEED_ABSENT_OUTSIDE_CI, reason=f"no seed {seed_path()} here (in CI: fails)"
-)
 FACTORS = (1.0, 1.5, 2.5, 1e4, 1e6)  # (the last two lift the timeouts off vllm-omni's floors)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> SeedRun:
-    if not seed_path().is_file():
-        pytest.fail(f"the seed {seed_path()} is missing (CI lays it there)")
+    require_seed()
     return record_run(tmp_path_factory.mktemp("seed_run"))
 
 
@@ -429,29 +426,18 @@ def test_a_bad_byte_is_replaced_not_fatal(tmp_path: Path) -> None:
 @needs_seed
 @pytest.mark.parametrize("factor", ["1.5", "1e4"])
 def test_report_init_timeline_prints_the_seeds_table_spans_and_timeouts(
-    run: SeedRun, factor: str
+    cli: Cli, run: SeedRun, factor: str
 ) -> None:
     """The CLI on the dump and the run directory: the seed's table line for line, each stage's
     span as the seed's stage_spans() gives it, its suggest_timeouts(); each skipped line named by
     file and line on stderr and in the output."""
-    import subprocess
-    import sys
-
-    from support.tools import REPO
-
-    def report(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "exporter", "report", *args]
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=60, check=False, cwd=REPO
-        )
-
     paths = ["--init-timeline", str(run.dump), "--init-timeline", str(run.run_dir)]
-    done = report(*paths, "--factor", factor)
-    assert done.returncode == 0, done.stderr
+    code, out, err = cli("report", *paths, "--factor", factor)
+    assert code == 0, err
     table = run.seed.format_table()
-    assert done.stdout.startswith(table + "\n\nstage spans:\n")
+    assert out.startswith(table + "\n\nstage spans:\n")
     spans = run.seed.stage_spans()
-    rows = done.stdout.split("stage spans:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    rows = out.split("stage spans:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert len(rows) == len(spans)
     for stage, (lo, hi) in spans.items():
         name = "-" if stage is None else str(stage)
@@ -459,16 +445,16 @@ def test_report_init_timeline_prints_the_seeds_table_spans_and_timeouts(
         assert any(r.startswith(want) for r in rows), (want, rows)
     suggested = run.seed.suggest_timeouts(float(factor))
     line = " ".join(f"{k}={v}" for k, v in suggested.items())
-    assert f"suggested timeouts (factor {float(factor):g}): {line}\n" in done.stdout
+    assert f"suggested timeouts (factor {float(factor):g}): {line}\n" in out
     bad = [*run.malformed, run.truncated]
     for path, number in bad:
-        assert f"{path}:{number}: " in done.stderr
-        assert f"  {path}:{number}: " in done.stdout
-    assert f"skipped {len(bad)} malformed records:" in done.stdout
+        assert f"{path}:{number}: " in err
+        assert f"  {path}:{number}: " in out
+    assert f"skipped {len(bad)} malformed records:" in out
     # the JSON carries the same
-    js = report(*paths, "--factor", factor, "--format", "json")
-    assert js.returncode == 0, js.stderr
-    doc = json.loads(js.stdout)
+    code, out, err = cli("report", *paths, "--factor", factor, "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
     assert doc["table"] == table and doc["suggested"] == suggested
     assert {s["stage_id"]: (s["start"], s["end"]) for s in doc["stage_spans"]} == spans
     assert [s.split(": ", 1)[0] for s in doc["skipped"]] == [f"{p}:{n}" for p, n in bad]

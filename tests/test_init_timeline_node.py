@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,16 +37,12 @@ from exporter.demo import DemoLine, short_iso
 from exporter.inittimeline import Loaded
 from exporter.phases import Timeline
 
+from conftest import Cli
 from support.daemon_process import DaemonProcess
 from support.daemon_thread import DaemonThread
 from support.scrape import Samples, parse_metrics, sample, total
-from support.tools import REPO, now_us, until_right, wait_for, yaml_text
-from support.vllm_timeline import SeedRun, record_run, seed_path
-
-SEED_ABSENT_OUTSIDE_CI = not seed_path().is_file() and not os.environ.get("CI")
-needs_seed = pytest.mark.skipif(
-    SEED_ABSENT_OUTSIDE_CI, reason=f"no seed {seed_path()} here (in CI: fails)"
-)
+from support.tools import now_us, until_right, wait_for, yaml_text
+from support.vllm_timeline import SeedRun, needs_seed, record_run, require_seed
 
 SECOND = 1_000_000
 FILE_NODE = "a"
@@ -65,8 +59,7 @@ Key = tuple[str, str, str]  # (stage, role, phase)
 
 @pytest.fixture
 def run(tmp_path: Path) -> SeedRun:
-    if not seed_path().is_file():
-        pytest.fail(f"the seed {seed_path()} is missing (CI lays it there)")
+    require_seed()
     return record_run(tmp_path / "recorded")
 
 
@@ -567,7 +560,7 @@ def test_a_reload_serves_the_figures_read_before_until_the_watcher_reads_again(
 
 
 def test_check_config_lists_every_problem_of_a_malformed_init_timeline_node(
-    tmp_path: Path,
+    cli: Cli, tmp_path: Path
 ) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(
@@ -595,16 +588,9 @@ def test_check_config_lists_every_problem_of_a_malformed_init_timeline_node(
             "    unit: sm-llm.service",
         )
     )
-    got = subprocess.run(
-        [sys.executable, "-m", "exporter", "check-config", str(path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert got.returncode == 1, got
-    problems = [line for line in got.stderr.splitlines() if line.startswith(f"{path}:")]
+    code, out, err = cli("check-config", str(path))
+    assert code == 1, err
+    problems = [line for line in err.splitlines() if line.startswith(f"{path}:")]
     assert problems == [
         f"{path}:8: nodes[1].poll_seconds: must be seconds 0.1..3600, got 0",
         f"{path}:9: nodes[2]: an init-timeline node needs a path (its run directory)",
@@ -614,12 +600,12 @@ def test_check_config_lists_every_problem_of_a_malformed_init_timeline_node(
         f"{path}:20: nodes[6].poll_second: unknown key 'poll_second' (did you mean "
         "'poll_seconds'?)",
         f"{path}:21: nodes[6].unit: unknown key 'unit'",
-    ], got.stderr
-    assert f"{path}: {len(problems)} problem(s):" in got.stderr
-    assert got.stdout == ""
+    ], err
+    assert f"{path}: {len(problems)} problem(s):" in err
+    assert out == ""
 
 
-def test_check_config_takes_the_bounds_of_poll_seconds(tmp_path: Path) -> None:
+def test_check_config_takes_the_bounds_of_poll_seconds(cli: Cli, tmp_path: Path) -> None:
     journal = tmp_path / "a.log"
     journal.write_text("")
     path = tmp_path / "good.yaml"
@@ -638,12 +624,6 @@ def test_check_config_takes_the_bounds_of_poll_seconds(tmp_path: Path) -> None:
         ("slow", 3600.0),
     ]
     assert [n.name for n in loaded.nodes] == ["a"]
-    got = subprocess.run(
-        [sys.executable, "-m", "exporter", "check-config", str(path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert got.returncode == 0, got
+    code, out, err = cli("check-config", str(path))
+    assert code == 0, err
+    assert f"{path}: valid, 3 node(s)" in out  # (the init-timeline nodes count)

@@ -18,7 +18,7 @@ import json
 import os
 import re
 import subprocess
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,14 +35,10 @@ from exporter.phases import Timeline
 from exporter.startups import DONE, REPLACED, RUNNING, STOPPED, Startup, Tracker
 from exporter.times import SECOND
 
+from conftest import Cli
 from support.recorded import FIXTURES, RUNS, entries
-from support.tools import REPO
-from support.vllm_timeline import load_seed, seed_path
+from support.vllm_timeline import load_seed, needs_seed
 
-SEED_ABSENT_OUTSIDE_CI = not seed_path().is_file() and not os.environ.get("CI")
-needs_seed = pytest.mark.skipif(
-    SEED_ABSENT_OUTSIDE_CI, reason=f"no seed {seed_path()} here (in CI: fails)"
-)
 T0 = 1_790_000_000 * SECOND
 
 # -- an independent reading of the recorded journals -----------------------------------------
@@ -414,15 +410,18 @@ def test_any_sequence_of_marks_makes_sound_start_ups_and_survives_a_checkpoint(
 # -- report --startups -----------------------------------------------------------------------
 
 
-def report(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "exporter", "report", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
+@dataclass
+class Done:
+    """What `sm-llm-exporter report ...` did (run in-process: the `cli` fixture)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def report(cli: Cli) -> Callable[..., Done]:
+    return lambda *args: Done(*cli("report", *args))
 
 
 def short_iso(lines: list[LogLine]) -> str:
@@ -439,7 +438,7 @@ def short_iso(lines: list[LogLine]) -> str:
 @needs_seed
 @pytest.mark.parametrize("factor", [None, "2.5"])
 def test_report_startups_prints_the_seeds_tables_and_timeout_start_sec(
-    tmp_path: Path, factor: str | None
+    report: Callable[..., Done], tmp_path: Path, factor: str | None
 ) -> None:
     slow = lines_of((0, 1, STARTED), *server_lines(10_000))
     dump = tmp_path / "slow.log"
@@ -492,7 +491,9 @@ def lines_of_node(node: str, lines: list[LogLine]) -> list[LogLine]:
     return [x._replace(node=node) for x in lines]
 
 
-def test_report_startups_refuses_formats_it_has_not() -> None:
+def test_report_startups_refuses_formats_it_has_not(
+    report: Callable[..., Done],
+) -> None:
     done = report("--since", "-1h", "--until", "now", "--startups", "--format", "html")
     assert done.returncode == 2 and "--startups and --init-timeline print text or json" in (
         done.stderr
@@ -550,7 +551,9 @@ def journal_export(runs: list[str]) -> bytes:
 
 
 @pytest.mark.slow
-def test_report_startups_reads_them_from_a_real_journal_as_from_its_dump(tmp_path: Path) -> None:
+def test_report_startups_reads_them_from_a_real_journal_as_from_its_dump(
+    report: Callable[..., Done], tmp_path: Path
+) -> None:
     """systemd-journal-remote stores the recorded runs; the `journal` source, matched on the
     unit as `journalctl -u` matches it, reads their start-ups and systemd's lines for the unit
     as the dump gives them."""
@@ -618,6 +621,7 @@ def test_era_b_serves_from_model_loaded_and_plain_logs_restart_apart() -> None:
 
 
 def test_report_startups_ends_a_start_up_where_the_unit_went_down_after_the_window(
+    report: Callable[..., Done],
     tmp_path: Path,
 ) -> None:
     """A start-up that began in the window and was killed after it (its lines read up to
@@ -661,7 +665,9 @@ def test_a_start_ups_age_runs_as_far_as_its_journal_was_read_while_it_catches_up
     assert acc.snapshot().nodes[0].starting_us == 3600 * SECOND
 
 
-def test_report_startups_suggests_nothing_without_a_start_up(tmp_path: Path) -> None:
+def test_report_startups_suggests_nothing_without_a_start_up(
+    report: Callable[..., Done], tmp_path: Path
+) -> None:
     dump = tmp_path / "quiet.log"
     dump.write_text(short_iso(lines_of((10, PID, "slot launch_slot_: id  0 | task 1 |"))))
     window = ["--since", "2026-01-01", "--until", "2027-01-01", "--startups"]

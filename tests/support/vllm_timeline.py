@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import pytest
+
+from support.tools import missing
+
 SEED_ENV = "SMLLM_INIT_TIMELINE_SEED"
 SEED_NAME = "shared/seeds/003_33fe86c00149e4cd.txt"
 MODULE = "vllm_omni_init_timeline_seed"
@@ -46,6 +50,19 @@ def seed_path() -> Path:
     from support.tools import REPO
 
     return REPO.parent / SEED_NAME
+
+
+def require_seed() -> Path:
+    """The seed's path; when it is not there, a failure in CI and a skip elsewhere (as every
+    missing component: `support.tools.missing`). CI lays it beside the checkout."""
+    path = seed_path()
+    if not path.is_file():
+        missing(f"the seed {path} (CI lays it beside the checkout; {SEED_ENV} names another)")
+    return path
+
+
+# what a test that runs the seed carries (the fixture, in conftest, is `require_seed`)
+needs_seed = pytest.mark.usefixtures("seed_file")
 
 
 def load_seed(path: Path | None = None) -> Any:
