@@ -7,7 +7,7 @@ BASE   := $(VENV)/.base
 # Debian packages the tests start for real (chromium: the status page and the HTML report in a
 # headless browser), and the C compiler for exporter/_speedups.c; apt-installed when missing
 # and run as root.
-DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev chromium
+DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev chromium faketime
 
 .PHONY: all venv deps test lint typecheck pytest run bench clean
 
@@ -50,6 +50,7 @@ typecheck: venv
 # The suite, then the parser, line-layer and reader tests once more on the pure-Python
 # references (the one switch, SMLLM_PURE_PYTHON=1), so they are proven by the suite too.
 PURE_TESTS ?= tests/test_parse.py tests/test_entries.py tests/test_lines.py tests/test_fuzz.py \
+	tests/test_file_source_hostile.py \
 	tests/test_file_source.py tests/test_accounting.py tests/test_daemon.py
 
 pytest: venv

@@ -2,6 +2,6 @@
 
 import sys
 
-from exporter.cli import main
+from exporter.entry import main
 
 sys.exit(main())

@@ -25,6 +25,7 @@ from typing import Any, cast
 from exporter._compiled import accounting as compiled
 from exporter.kinds import Kinds
 from exporter.logline import LOST_REASON, REASONS, Event, EventKind, Interval, Record
+from exporter.parse import OTHER_MODELS
 from exporter.phases import Figures
 from exporter.startups import Startup, Tracker
 from exporter.times import fits, iso
@@ -42,7 +43,7 @@ DEFAULT_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 DEFAULT_BUCKETS_S += (60.0, 120.0, 300.0, 600.0, 1800.0)
 KIND_CACHE_TOKENS = 1 << 16  # the compiled add_all remembers the kind of fewer tokens than this
 KIND_OF_MAX = 1 << 14  # token counts whose kind is remembered (then forgotten all at once)
-MAX_MODELS = 64  # model instances counted per node (a router serves a few)
+MAX_MODELS = 64  # model instances counted per node under their own name (a router serves a few)
 
 
 @dataclass(slots=True)
@@ -76,16 +77,19 @@ class KindCounters:
 class NodeState:
     """Everything known of one node."""
 
-    newest_us: int  # journal time of the newest entry read
+    newest_us: int  # journal time of the newest entry read (in line with the clocks)
     up: bool = False
     caught_up: bool = False
     down_since_us: int | None = None
+    behind_since_us: int | None = None  # since when it has not been caught up (down or not)
+    behind_newest_us: int = 0  # its newest entry's time when that was last looked at
     start_lines: bool = False  # this llama-server logs launch lines
     # (slot, task) -> start; (slot, task, model) for a model instance's in router mode
     in_flight: dict[tuple[int, int] | tuple[int, int, str], int] = field(default_factory=dict)
     busy_us: int = 0
     slot_busy_us: int = 0
     last_end_us: int | None = None
+    end_in_line_us: int | None = None  # last_end_us as the last batch in line left it
     entries: int = 0
     # occupancies without a timing block by reason: [count, microseconds]
     untimed: dict[str, list[int]] = field(
@@ -284,9 +288,10 @@ class Accounting:
         """The source read `entries` entries, the newest at journal time `time_us`; `ended_us`:
         the latest request end the batch brought, if it brought one. Given `now_us`, a time
         more than `clock_allowance_us` ahead of it is the node's `clock_skew_us` (0 once a
-        batch's times are in line again), and counts for the watermark and the node's last
-        request end only as now + the allowance: time from outside never moves them past the
-        exporter's own (the requests are counted as they are)."""
+        batch's times are in line again), and moves neither the node's newest entry (nor so
+        the watermark) nor its last request end: an entry the exporter cannot believe vouches
+        for no time (the requests are counted as they are): the last request end is the
+        latest one in line (see `_end_in_line`)."""
         ns = self.nodes[node]
         ns.entries += entries
         if now_us is not None:
@@ -296,14 +301,24 @@ class Accounting:
                 newest = max(times)
                 ns.clock_skew_us = newest - now_us if newest > limit else 0
             if ended_us is not None and ended_us > limit:  # (it is the node's last_end_us)
-                ns.last_end_us = limit
                 # what starts beyond now is no busy time that can be accounted (it would wait
                 # years in the pending list, and the checkpoint)
                 self._pending = [p for p in self._pending if p[0] <= limit]
+                ns.last_end_us = self._end_in_line(node, limit)
             if time_us is not None and time_us > limit:
-                time_us = limit
+                time_us = None
+        ns.end_in_line_us = ns.last_end_us
         if time_us is not None:
             ns.newest_us = max(ns.newest_us, time_us)
+
+    def _end_in_line(self, node: str, limit_us: int) -> int | None:
+        """The node's last request end up to `limit_us`: where the last batch in line left
+        it, or a later end still pending (the batch's requests in line with the clocks). (Only
+        when an entry stamped beyond it came: rare.)"""
+        index = self._node_index[node]
+        ends = [e for _, e, n, _ in self._pending if n == index and e <= limit_us]
+        before = self.nodes[node].end_in_line_us
+        return max(ends if before is None else [*ends, before], default=None)
 
     def read_until(self, node: str, now_us: int) -> int:
         """The journal time up to which `node` has nothing unread: the newest entry read, or
@@ -316,14 +331,22 @@ class Accounting:
     def source_state(
         self, node: str, *, up: bool, caught_up: bool, now_us: int, lag_us: int = 0
     ) -> None:
-        """What the node's source is doing now (connected? read all its journal held?)."""
+        """What the node's source is doing now (connected? read all its journal held?). The lag
+        is the lag of a source that reads: 0 while it is caught up, and while it is down."""
         ns = self.nodes[node]
         if up:
             ns.down_since_us = None
         elif ns.up or ns.down_since_us is None:
             ns.down_since_us = now_us
         ns.up, ns.caught_up = up, up and caught_up
-        ns.lag_us = 0 if ns.caught_up else max(0, lag_us)
+        if ns.caught_up:
+            ns.behind_since_us = None
+        elif ns.behind_since_us is None or (up and ns.newest_us > ns.behind_newest_us):
+            # a source that reads on through its journal's time is catching up: the stall
+            # limit counts from its last step forward (what reads without end makes none)
+            ns.behind_since_us = now_us
+        ns.behind_newest_us = ns.newest_us
+        ns.lag_us = max(0, lag_us) if up and not caught_up else 0
 
     def source_reconnected(self, node: str) -> None:
         self.nodes[node].reconnects += 1
@@ -410,13 +433,11 @@ class Accounting:
             self._pending.append((start, end_us, self._node_index[iv.node], 0))
 
     def _model(self, ns: NodeState, iv: Interval, count: bool) -> None:
-        """A timed request of a model instance (router mode): its own figures too."""
+        """A timed request of a model instance (router mode): its own figures too, under its
+        name for the node's first MAX_MODELS models, under OTHER_MODELS for the rest (so the
+        models' figures always add up to the node's)."""
         if count:
-            figures = ns.models.get(iv.model)
-            if figures is None:
-                if len(ns.models) >= MAX_MODELS:
-                    return
-                figures = ns.models[iv.model] = [0, 0, 0]
+            figures = _model_figures(ns.models, iv.model)
             figures[0] += 1
             figures[1] += iv.end_us - iv.start_us
             figures[2] += iv.tokens or 0
@@ -449,7 +470,8 @@ class Accounting:
                 self._startup(ns, ev)
         elif kind is EventKind.RESTART:  # (the old server's requests end when it has gone)
             ns.restarts += 1
-            ns.start_lines = False
+            if not model:  # (a router's model instance is the router's build: it logs them)
+                ns.start_lines = False
         elif kind is EventKind.PARSE_ERROR:
             ns.parse_errors += 1
 
@@ -500,8 +522,8 @@ class Accounting:
         bound, name, ns = min(held, key=lambda b: b[0])
         if bound > now_us - HOLD_US:
             return None
+        until = iso(self._stalls_at(ns))
         if ns.down_since_us is not None:
-            until = iso(ns.down_since_us + self.stall_us)
             return (
                 name,
                 "source down",
@@ -512,7 +534,8 @@ class Accounting:
             return (
                 name,
                 "backlog",
-                f"its journal is being read, at {iso(ns.newest_us)}: the figures follow it",
+                f"its journal is being read, at {iso(ns.newest_us)}: the figures follow it until "
+                f"{until}, then go on without it if it has not caught up (stall_seconds)",
             )
         if ns.start_lines and ns.in_flight:
             since = min(ns.in_flight.values())
@@ -525,8 +548,17 @@ class Accounting:
             )
         return None
 
+    def _stalls_at(self, ns: NodeState) -> int:
+        """When the node stops holding the watermark unless it catches up first."""
+        sinces = [t for t in (ns.down_since_us, ns.behind_since_us) if t is not None]
+        return min(sinces, default=self.now_us) + self.stall_us
+
     def _stalled(self, ns: NodeState, now_us: int) -> bool:
-        return ns.down_since_us is not None and now_us - ns.down_since_us > self.stall_us
+        """Down, or not caught up (whatever it reads), for longer than `stall_us`: the node no
+        longer holds the watermark (its requests that come after are late)."""
+        return (ns.down_since_us is not None or ns.behind_since_us is not None) and (
+            now_us > self._stalls_at(ns)
+        )
 
     def advance_to(self, until_us: int) -> None:
         """Make the timeline figures final up to `until_us` (the report's end of window).
@@ -700,6 +732,19 @@ class Accounting:
         return copy
 
 
+def _model_figures(models: dict[str, list[int]], model: str) -> list[int]:
+    """The [requests, us, tokens] a request of `model` counts in: its own while the node has
+    fewer than MAX_MODELS models of their own, else OTHER_MODELS'."""
+    figures = models.get(model)
+    if figures is None:
+        own = len(models) - (OTHER_MODELS in models)
+        name = model if own < MAX_MODELS else OTHER_MODELS
+        figures = models.get(name)
+        if figures is None:
+            figures = models[name] = [0, 0, 0]
+    return figures
+
+
 def _mix_labels_by_mask(sorted_kinds: Sequence[str]) -> list[str]:
     """Mix label of every bit mask over the sorted kind names (bit i = sorted_kinds[i])."""
     return [
@@ -812,6 +857,7 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
                 setattr(ns, f, _time(value, f"nodes.{name}.{f}"))
             else:
                 setattr(ns, f, _count(value, f"nodes.{name}.{f}"))
+        ns.end_in_line_us = ns.last_end_us
         ns.start_lines = bool(saved["start_lines"])
         ns.in_flight = {}
         for s, t, *rest in saved["in_flight"]:
@@ -831,8 +877,10 @@ def restore(acc: Accounting, state: dict[str, Any]) -> list[str]:
         ns.server_up = None if up is None else int(bool(_count(up, f"nodes.{name}.server_up")))
         if saved.get("startups") is not None:  # (a checkpoint from before start-ups: none)
             ns.startups = Tracker.from_state(name, saved["startups"])
-        for model, values in list(saved.get("models", {}).items())[:MAX_MODELS]:
-            ns.models[str(model)] = [_count(v, f"nodes.{name}.models") for v in values[:3]]
+        for model, values in saved.get("models", {}).items():
+            figures = _model_figures(ns.models, str(model))
+            for i, v in enumerate(values[:3]):
+                figures[i] += _count(v, f"nodes.{name}.models")
         if same_kinds:
             for k, values in saved["kinds"].items():
                 c = ns.kinds[k]

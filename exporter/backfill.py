@@ -11,21 +11,27 @@ writes the samples with their timestamps in the form `promtool tsdb create-block
 openmetrics` takes: each series' samples together and in time order, `# EOF` at the end. The
 process's own metrics and smllm_exporter_build_info are left out. With `part_seconds` it writes
 one file per part (promtool's blocks are two hours: a part of that is one block), each valid on
-its own, so memory holds one part's samples at a time, whatever the window.
+its own, so memory holds one part's samples at a time, whatever the window. Each file is
+written as outfile.opened writes (a regular file replaced whole, a device or FIFO in place).
+
+`Settings` default to the config's own defaults (the daemon's). `estimate` sizes a backfill
+(its steps times the series of a snapshot) before anything is read, and `too_big` refuses one
+over MAX_SAMPLES or over the room left where it goes.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from exporter.accounting import SECOND, Accounting, Snapshot
 from exporter.collector import Renderer
+from exporter.config import Config
 from exporter.kinds import Kinds
 from exporter.logline import Batch, LogLine
+from exporter.outfile import opened
 from exporter.parse import Parser
 from exporter.pipeline import apply_batch
 
@@ -33,18 +39,37 @@ BLOCK_S = 2 * 3600  # promtool's block: a part of the output
 LEFT_OUT = ("smllm_exporter_build_info", "smllm_checkpoint_errors")  # (the process's own)
 
 
+_DEFAULTS = Config()  # (the config's own defaults: the daemon's)
+
+
 @dataclass(frozen=True)
 class Settings:
-    """What the daemon's config says of accounting (the same defaults)."""
+    """What the daemon's config says of accounting, with the config's own defaults."""
 
-    kinds: Kinds
-    max_request_us: int = 600 * SECOND
-    stall_us: int = 300 * SECOND
-    buckets_s: tuple[float, ...] | None = None
-    slots: int = 1
-    clock_allowance_us: int = 60 * SECOND
-    start_timeout_us: int = 90 * SECOND
-    slow_start_share: float = 0.8
+    kinds: Kinds = field(default_factory=lambda: _DEFAULTS.kinds)
+    max_request_us: int = _DEFAULTS.max_request_seconds * SECOND
+    stall_us: int = _DEFAULTS.stall_seconds * SECOND
+    buckets_s: tuple[float, ...] = _DEFAULTS.duration_buckets
+    slots: int = _DEFAULTS.slots
+    clock_allowance_us: int = _DEFAULTS.clock_allowance_seconds * SECOND
+    start_timeout_us: int = _DEFAULTS.start_timeout_seconds * SECOND
+    slow_start_share: float = _DEFAULTS.slow_start_share
+
+    @classmethod
+    def of(
+        cls, cfg: Config, kinds: Kinds | None = None, max_request_s: int | None = None
+    ) -> Settings:
+        """A config's settings; `kinds` and `max_request_s` (the report's options) over it."""
+        return cls(
+            kinds if kinds is not None else cfg.kinds,
+            max_request_us=(max_request_s or cfg.max_request_seconds) * SECOND,
+            stall_us=cfg.stall_seconds * SECOND,
+            buckets_s=cfg.duration_buckets,
+            slots=cfg.slots,
+            clock_allowance_us=cfg.clock_allowance_seconds * SECOND,
+            start_timeout_us=cfg.start_timeout_seconds * SECOND,
+            slow_start_share=cfg.slow_start_share,
+        )
 
 
 class Replay:
@@ -80,18 +105,7 @@ class Replay:
         "now" at its end, and the watermark moved then (a request longer than max_request
         is placed against the watermark as it then was, as in the daemon)."""
         s = self.settings
-        extra: dict[str, Any] = {} if s.buckets_s is None else {"buckets_s": s.buckets_s}
-        acc = Accounting(
-            self.nodes,
-            s.kinds,
-            origin_us=self.since_us,
-            max_request_us=s.max_request_us,
-            stall_us=s.stall_us,
-            clock_allowance_us=s.clock_allowance_us,
-            start_timeout_us=s.start_timeout_us,
-            slow_start_share=s.slow_start_share,
-            **extra,
-        )
+        acc = _accounting(self.nodes, s, self.since_us)
         parsers = {n: Parser(n, slots=s.slots, gone_us=s.max_request_us) for n in self.nodes}
         feeds = {n: _Feed(self.lines[n], self.batches[n]) for n in self.nodes}
         t = self.since_us
@@ -104,6 +118,20 @@ class Replay:
             if t >= self.until_us:
                 return
             t = min(t + self.step_us, self.until_us)
+
+
+def _accounting(nodes: Sequence[str], s: Settings, origin_us: int) -> Accounting:
+    return Accounting(
+        nodes,
+        s.kinds,
+        origin_us=origin_us,
+        max_request_us=s.max_request_us,
+        stall_us=s.stall_us,
+        buckets_s=s.buckets_s,
+        clock_allowance_us=s.clock_allowance_us,
+        start_timeout_us=s.start_timeout_us,
+        slow_start_share=s.slow_start_share,
+    )
 
 
 TICK_US = SECOND // 2  # the daemon's tick (tick_seconds) while batches come
@@ -225,16 +253,76 @@ def _stamp(t_us: int) -> str:
 
 def _flush(families: Mapping[str, tuple[list[str], dict[str, list[str]]]], path: Path) -> Path:
     """One part: every family's header once, then each series' samples, `# EOF`."""
-    temp = path.with_name(f".{path.name}.tmp")
-    try:
-        with temp.open("w", encoding="utf-8") as f:
-            for header, series in families.values():
-                f.write("\n".join(header) + "\n")
-                for samples in series.values():
-                    f.write("\n".join(samples) + "\n")
-            f.write("# EOF\n")
-        temp.replace(path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    with opened(path) as f:
+        for header, series in families.values():
+            f.write("\n".join(header) + "\n")
+            for samples in series.values():
+                f.write("\n".join(samples) + "\n")
+        f.write("# EOF\n")
     return path
+
+
+# What one backfill may write: a year of three nodes at a 1 m step, or a month of fifteen at
+# 15 s (about 80 series a node), some 20 GB; more is a mistake (a window of years at 1 s).
+MAX_SAMPLES = 250_000_000
+VALUE_BYTES = 10  # a sample's value, on average (counters grow to 10-17 characters)
+
+
+@dataclass(frozen=True)
+class Size:
+    """What a backfill would write: its steps, the series each step has (at least: those of
+    the window's start) and the bytes a sample takes on average."""
+
+    steps: int
+    series: int
+    sample_bytes: int
+
+    @property
+    def samples(self) -> int:
+        return self.steps * self.series
+
+    @property
+    def bytes(self) -> int:
+        return self.samples * self.sample_bytes
+
+
+def estimate(
+    nodes: Sequence[str], settings: Settings, since_us: int, until_us: int, step_us: int
+) -> Size:
+    """The size of a backfill of `nodes` over the window at `step_us`, before anything is read
+    or written: its steps times the series of one rendered snapshot."""
+    text = Renderer("0").openmetrics_text(_accounting(nodes, settings, since_us).snapshot())
+    series = [
+        line.rpartition(" ")[0]
+        for line in text.splitlines()
+        if line and not line.startswith("#") and not line.startswith(LEFT_OUT)
+    ]
+    steps = -(-(until_us - since_us) // step_us) + 1
+    stamp = len(_stamp(until_us + SECOND // 3))  # (a fraction of a second: its longest)
+    each = -(-sum(map(len, series)) // max(len(series), 1)) + VALUE_BYTES + stamp + 3
+    return Size(steps, len(series), each)
+
+
+def too_big(size: Size, room_bytes: int | None) -> str:
+    """Why a backfill of `size` is refused (over MAX_SAMPLES, or more than the room left where
+    it goes), or ""."""
+    what = (
+        f"{size.steps:,} steps of {size.series:,} series: {size.samples:,} samples, about "
+        f"{_gb(size.bytes)}"
+    )
+    if size.samples > MAX_SAMPLES:
+        return (
+            f"the backfill would write {what}, over the bound of {MAX_SAMPLES:,} samples "
+            f"(about {_gb(MAX_SAMPLES * size.sample_bytes)}): give a shorter window or a longer "
+            "--step, and backfill the rest in another run"
+        )
+    if room_bytes is not None and size.bytes > room_bytes:
+        return (
+            f"the backfill would write {what}, and its file system has {_gb(room_bytes)} free: "
+            "give a shorter window, a longer --step or another place"
+        )
+    return ""
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from exporter import (
     __version__,
@@ -21,6 +22,7 @@ from exporter import (
     config,
     inittimeline,
     logs,
+    outfile,
     preflight,
     report,
     sources,
@@ -87,6 +89,7 @@ def _input(text: str) -> tuple[str, Path]:
     return node, Path(path)
 
 
+_Node = TypeVar("_Node", bound=config.NodeConfig | config.InitTimelineNode)
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 # Where systemd puts the service's credentials: what `${CREDENTIALS_DIRECTORY}` in a config's
 # paths means in the service, for the commands an operator runs from a shell.
@@ -201,6 +204,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     dm.add_argument(
         "--listen",
+        type=_listen,
         default="127.0.0.1:10027",
         metavar="HOST:PORT",
         help="default: 127.0.0.1:10027 (this host only)",
@@ -301,7 +305,9 @@ def _parser() -> argparse.ArgumentParser:
         "--output",
         type=Path,
         metavar="FILE",
-        help="write the report here (atomically) instead of to standard output",
+        help="write the report here instead of to standard output: a regular file is replaced "
+        "atomically, a device or FIFO written in place; a symbolic link is refused unless it "
+        "is root's or yours and leads to a device or FIFO (as /dev/stdout)",
     )
     return ap
 
@@ -344,12 +350,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "known-hosts":
         return _known_hosts(args.config, args.nodes)
     if args.command == "demo":
-        from exporter import demo
-
-        with demo.demo_directory(args.dir) as directory:
-            asyncio.run(demo.run_demo(directory, args.listen))
-        return 0
+        return _demo(args.dir, args.listen)
     return 2
+
+
+def _demo(given: Path | None, listen: tuple[str, int]) -> int:
+    from exporter import demo  # (the daemon, for the demo only)
+
+    with demo.demo_directory(given) as directory:
+        try:
+            asyncio.run(demo.run_demo(directory, listen))
+        except OSError as e:  # the port taken, the directory not writable: no traceback
+            log.error("cannot run the demo: %s", e)
+            return 1
+    return 0
 
 
 class _ServiceEnv(Mapping[str, str]):
@@ -375,20 +389,71 @@ class _ServiceEnv(Mapping[str, str]):
         return len({*self.env, "CREDENTIALS_DIRECTORY"})
 
 
-def _load(path: Path, *, as_service: bool = False) -> config.Config | None:
+def _load(
+    path: Path, *, as_service: bool = False, from_shell: bool = False
+) -> config.Config | None:
     """The config at `path`, or None with its problems logged. `as_service`: read an unset
-    `${CREDENTIALS_DIRECTORY}` as the service will see it (for checks run from a shell)."""
-    env = _ServiceEnv(os.environ) if as_service else os.environ
+    `${CREDENTIALS_DIRECTORY}` as the service will see it (for checks run from a shell);
+    `from_shell`: that too, and the service's credentials read where the unit takes them from
+    (for a report run from a shell)."""
+    env = _ServiceEnv(os.environ) if as_service or from_shell else os.environ
     try:
-        cfg = config.load(path, env, available=sources.AVAILABLE)
+        text = config.read_text(path)
+        cfg = config.parse(text, str(path), env, available=sources.AVAILABLE)
     except config.ConfigError as e:
-        log.error("%s", e)
+        log.error("%s", e, extra=logs.LINES)
         return None
-    if isinstance(env, _ServiceEnv) and env.stood_in:
+    if isinstance(env, _ServiceEnv) and env.stood_in and _names_credentials(text, str(path)):
         log.info(
-            "$CREDENTIALS_DIRECTORY is not set: read as the service's, %s", SERVICE_CREDENTIALS
+            "$CREDENTIALS_DIRECTORY is not set: read as the service's, %s%s",
+            SERVICE_CREDENTIALS,
+            f" (its credentials read from their sources: {_credential_sources()})"
+            if from_shell
+            else "",
         )
-    return cfg
+    return _credentials_at_their_sources(cfg) if from_shell else cfg
+
+
+_CREDENTIALS_NAMED = re.compile(r"\$(\{CREDENTIALS_DIRECTORY\}|CREDENTIALS_DIRECTORY\b)")
+
+
+def _credential_sources() -> str:
+    """Where the unit takes its credentials from: `ssh_FILE from /etc/sm-llm-exporter/ssh/FILE`,
+    ..."""
+    return ", ".join(f"{p}FILE from {d}/FILE" for p, d in preflight.CREDENTIAL_DIRECTORIES)
+
+
+def _names_credentials(text: str, source: str) -> bool:
+    """Whether some value of the config (not a comment) names `$CREDENTIALS_DIRECTORY`."""
+    todo: list[object] = [config.document(text, source)[0]]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, str) and _CREDENTIALS_NAMED.search(value):
+            return True
+        if isinstance(value, dict):
+            todo += value.values()
+        elif isinstance(value, list):
+            todo += value
+    return False
+
+
+def _credentials_at_their_sources(cfg: config.Config) -> config.Config:
+    """Every path of the nodes that is a service's credential (under its credentials directory,
+    which is not here) as the file the unit takes it from (preflight.seen_here)."""
+    nodes = tuple(_seen_here(n) for n in cfg.nodes)
+    timelines = tuple(_seen_here(t) for t in cfg.init_timelines)
+    return dataclasses.replace(cfg, nodes=nodes, init_timelines=timelines)
+
+
+def _seen_here(node: _Node) -> _Node:
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, Path):
+            changes[f.name] = preflight.seen_here(value)
+        elif isinstance(value, tuple) and value and all(isinstance(v, Path) for v in value):
+            changes[f.name] = tuple(preflight.seen_here(v) for v in value)
+    return dataclasses.replace(node, **changes)
 
 
 def _progress(node: str, entries: int, reached_us: int | None) -> None:
@@ -419,35 +484,49 @@ def _known_hosts(path: Path, names: list[str]) -> int:
 
 
 def _check_config(path: Path, *, as_service: bool = False, web_config: Path | None = None) -> int:
-    cfg = _load(path, as_service=True)
-    if cfg is None:
+    """Every problem of the config at `path` (`-`: standard input), its paths and its web
+    configs, in one list; 0 only when there is none."""
+    env = _ServiceEnv(os.environ)
+    checked = preflight.check(
+        path, env, sources.AVAILABLE, as_service=as_service, web_config=web_config
+    )
+    if env.stood_in and (as_service or _names_credentials_at(path)):
+        log.info(
+            "$CREDENTIALS_DIRECTORY is not set: read as the service's, %s", SERVICE_CREDENTIALS
+        )
+    found = checked.problems
+    if checked.config is None and len(found) == 1:  # (it cannot be read, or is no YAML)
+        log.error("%s", found[0])
+    elif found:
+        log.error(
+            "%s: %d problem(s):\n%s",
+            checked.source,
+            len(found),
+            "\n".join(found),
+            extra=logs.LINES,  # (one a line, each escaped)
+        )
+    for warning in checked.warnings:
+        log.warning("%s", warning)
+    if found or checked.config is None:
         return 1
-    text = path.read_text(encoding="utf-8", errors="replace")
-    found = preflight.problems(cfg, config.key_lines(text), str(path), as_service=as_service)
-    if found:
-        log.error("%s: %d problem(s) with the paths it names:", path, len(found))
-        for problem in found:
-            log.error("%s", problem)
-    webs = dict.fromkeys(p for p in (cfg.web_config_file, web_config) if p is not None)
-    described = []
-    for web_path in webs:
-        try:
-            web = webtls.load(web_path, lambda p: preflight.seen_here(p, as_service=as_service))
-        except config.ConfigError as e:
-            log.error("%s", e)
-            found.append(str(e))
-            continue
-        described.append(f"{web_path}: valid web config: {webconfig.describe(web)}")
-        for warning in webconfig.warnings(web):
-            log.warning("%s", warning)
-    if found:
-        return 1
-    print(f"{path}: valid, {len(cfg.nodes) + len(cfg.init_timelines)} node(s)")
+    cfg = checked.config
+    print(f"{checked.source}: valid, {len(cfg.nodes) + len(cfg.init_timelines)} node(s)")
     for line in config.describe(cfg):
         print(f"  {line}")
-    for line in described:
+    for line in checked.web:
         print(line)
     return 0
+
+
+def _names_credentials_at(path: Path) -> bool:
+    """Whether the config file at `path` names `$CREDENTIALS_DIRECTORY` (False for `-`, or
+    when it cannot be read again)."""
+    if str(path) == "-":
+        return False
+    try:
+        return _names_credentials(config.read_text(path), str(path))
+    except config.ConfigError:
+        return False
 
 
 def _with_options(
@@ -473,7 +552,7 @@ def _run(path: Path, listen: tuple[str, int] | None = None, web_config: Path | N
     try:
         cfg = _with_options(loaded, listen, web_config)
     except config.ConfigError as e:
-        log.error("%s", e)
+        log.error("%s", e, extra=logs.LINES)
         return 1
 
     def reloader() -> config.Config:
@@ -525,7 +604,7 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     cfg = config.Config()
     if args.config is not None or not args.input:
-        loaded = _load(args.config or config.DEFAULT_PATH)
+        loaded = _load(args.config or config.DEFAULT_PATH, from_shell=True)
         if loaded is None:
             return 1
         cfg = loaded
@@ -566,38 +645,13 @@ def _report(args: argparse.Namespace) -> int:
         log.error("--output-dir is for --format openmetrics (the others write --output FILE)")
         return 2
     if args.format == "openmetrics":
-        if args.output is not None and args.output_dir is not None:
-            log.error("give --output FILE or --output-dir DIR, not both")
+        settings = backfill.Settings.of(cfg, kinds, max_request_s)
+        names = [n.name for n in nodes]
+        refusal = _backfill_refusal(args, names, settings)
+        if refusal:
+            log.error("%s", refusal)
             return 2
-        if args.output is None and args.output_dir is None:
-            log.error("--format openmetrics writes files: give --output FILE or --output-dir DIR")
-            return 2
-        if args.output_dir is not None and any(args.output_dir.glob("smllm-*.om")):
-            log.error(
-                "%s holds the files of another backfill (smllm-*.om): remove them or give "
-                "another directory (promtool would take them all)",
-                args.output_dir,
-            )
-            return 2
-        now_us = int(time.time() * SECOND)
-        if args.until > now_us - 3 * 3600 * SECOND:
-            log.warning(
-                "--until is within 3 hours of now: blocks there overlap Prometheus's head "
-                "block, and promtool's blocks must not (leave the last 3 hours to scraping)"
-            )
-        settings = backfill.Settings(
-            kinds,
-            max_request_us=max_request_us,
-            stall_us=cfg.stall_seconds * SECOND,
-            buckets_s=cfg.duration_buckets,
-            slots=cfg.slots,
-            clock_allowance_us=cfg.clock_allowance_seconds * SECOND,
-            start_timeout_us=cfg.start_timeout_seconds * SECOND,
-            slow_start_share=cfg.slow_start_share,
-        )
-        replay = backfill.Replay(
-            [n.name for n in nodes], settings, args.since, args.until, args.step
-        )
+        replay = backfill.Replay(names, settings, args.since, args.until, args.step)
 
     def add(batch: Batch) -> None:
         nonlocal entries
@@ -654,18 +708,60 @@ def _report(args: argparse.Namespace) -> int:
     return _put(text, args.output) or (1 if failed else 0)
 
 
+BLOCK_HEAD_S = 3 * 3600  # what Prometheus's head block holds: promtool's blocks must not
+
+
+def _backfill_refusal(args: argparse.Namespace, nodes: list[str], s: backfill.Settings) -> str:
+    """Why the backfill the arguments ask for is refused (before anything is read or
+    written), or ""; warns of an --until within the head block's hours."""
+    if args.output is not None and args.output_dir is not None:
+        return "give --output FILE or --output-dir DIR, not both"
+    if args.output is None and args.output_dir is None:
+        return "--format openmetrics writes files: give --output FILE or --output-dir DIR"
+    if args.output_dir is not None and any(args.output_dir.glob("smllm-*.om")):
+        return (
+            f"{outfile.shown(args.output_dir)} holds the files of another backfill "
+            "(smllm-*.om): remove them or give another directory (promtool would take them all)"
+        )
+    now_us = int(time.time() * SECOND)
+    if args.until > now_us + s.clock_allowance_us:
+        return (
+            f"--until {iso(args.until)} is ahead of now ({iso(now_us)}): a backfill holds what "
+            "the journals hold, up to now at the latest (samples ahead of now would stand for "
+            "what has not happened)"
+        )
+    size = backfill.estimate(nodes, s, args.since, args.until, args.step)
+    too_big = backfill.too_big(size, outfile.room(args.output or args.output_dir))
+    if too_big:
+        return too_big
+    if args.until > now_us - BLOCK_HEAD_S * SECOND:
+        log.warning(
+            "--until is within 3 hours of now: blocks there overlap Prometheus's head "
+            "block, and promtool's blocks must not (leave the last 3 hours to scraping)"
+        )
+    return ""
+
+
 def _put(text: str, output: Path | None) -> int:
-    """The report to standard output, or atomically to `output`: 0, or 1 when it cannot be."""
+    """The report to standard output, or to `output` (outfile.opened): 0, or 1 when it cannot
+    be written."""
     if output is None:
         sys.stdout.write(text)
         return 0
     try:
-        _write_atomically(output, text)
+        outfile.write_text(output, text)
     except OSError as e:
-        log.error("cannot write %s: %s", output, e.strerror or e)
+        log.error("cannot write %s", _why(output, e))
         return 1
-    log.info("wrote %s (%d bytes)", output, len(text.encode()))
+    log.info("wrote %s (%d bytes)", outfile.shown(output), len(text.encode()))
     return 0
+
+
+def _why(path: Path, e: OSError) -> str:
+    """An OSError of writing `path`: `PATH: why`, one line (an OutputError is that already)."""
+    if isinstance(e, outfile.OutputError):
+        return str(e)
+    return f"{outfile.shown(path)}: {e.strerror or e}"
 
 
 def _init_timeline(paths: list[Path], factor: float, fmt: str, output: Path | None) -> int:
@@ -688,6 +784,8 @@ def _init_timeline(paths: list[Path], factor: float, fmt: str, output: Path | No
 
 def _backfill(replay: backfill.Replay, output: Path | None, directory: Path | None) -> int:
     """The replay's samples into `output`, or one file a part into `directory`."""
+    target = output if directory is None else directory
+    assert target is not None
     try:
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -698,24 +796,10 @@ def _backfill(replay: backfill.Replay, output: Path | None, directory: Path | No
                 backfill.BLOCK_S,
             )
         else:
-            assert output is not None
-            files = backfill.write(replay.snapshots(), lambda _: output, __version__)
+            files = backfill.write(replay.snapshots(), lambda _: target, __version__)
     except OSError as e:
-        log.error("cannot write the backfill: %s", e)
+        log.error("cannot write the backfill to %s", _why(target, e))
         return 1
-    log.info("wrote %d file(s): %s", len(files), ", ".join(map(str, files[:3])))
+    shown = ", ".join(outfile.shown(f) for f in files[:3])
+    log.info("wrote %d file(s): %s", len(files), shown)
     return 0
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """`text` at `path`, whole or not at all (a temporary file beside it, renamed over it)."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with temp.open("w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        temp.replace(path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise

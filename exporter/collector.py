@@ -38,8 +38,9 @@ from prometheus_client.openmetrics.exposition import (
 from prometheus_client.registry import Collector
 
 from exporter import _compiled
-from exporter.accounting import SECOND, KindCounters, NodeSnapshot, Snapshot
+from exporter.accounting import MAX_MODELS, SECOND, KindCounters, NodeSnapshot, Snapshot
 from exporter.logline import REASONS
+from exporter.parse import OTHER_MODELS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -83,7 +84,11 @@ _PER_NODE_COUNTERS: tuple[tuple[str, str, str], ...] = (
         "In-flight requests whose llama-server exited (or was replaced) before they ended.",
         "aborted",
     ),
-    ("smllm_server_restarts", "llama-server restarts seen (a new PID).", "restarts"),
+    (
+        "smllm_server_restarts",
+        "llama-server restarts seen (a new PID, or a router's model instance started again).",
+        "restarts",
+    ),
     ("smllm_source_reconnects", "Times the node's source had to start over.", "reconnects"),
     ("smllm_source_entries", "Journal entries read.", "entries"),
     (
@@ -111,7 +116,7 @@ _PER_NODE_GAUGES: tuple[tuple[str, str], ...] = (
     (
         "smllm_source_lag_seconds",
         "Exporter clock minus journal time of the newest entry read while "
-        "catching up; 0 once caught up.",
+        "catching up; 0 once caught up, and while the source is down.",
     ),
     (
         "smllm_source_clock_skew_seconds",
@@ -196,7 +201,12 @@ _PER_REASON: tuple[tuple[str, str, int], ...] = (
 )
 # (name, help, index in NodeSnapshot.models' (requests, microseconds, tokens)) by node, model
 _PER_MODEL: tuple[tuple[str, str, int], ...] = (
-    ("smllm_model_requests", "Completed requests of a model instance (router mode).", 0),
+    (
+        "smllm_model_requests",
+        "Completed requests of a model instance (router mode); a node's models beyond its "
+        f'first {MAX_MODELS} count under model="{OTHER_MODELS}".',
+        0,
+    ),
     ("smllm_model_request_seconds", "Sum of a model instance's request durations.", 1),
     ("smllm_model_tokens", "Tokens of a model instance's requests.", 2),
 )

@@ -108,7 +108,8 @@ class Config:
     kinds: Kinds = field(default_factory=lambda: Kinds(DEFAULT_RULES))
     nodes: tuple[NodeConfig, ...] = ()
     init_timelines: tuple[InitTimelineNode, ...] = ()  # `source: init-timeline` nodes
-    # every node's name, as `nodes:` lists them (for key paths; no setting of its own)
+    # every node's name by its place in `nodes:` ("" where a node has no valid name): for key
+    # paths, no setting of its own
     node_order: tuple[str, ...] = field(default=(), compare=False)
     # the unit's TimeoutStartSec (systemd's default), and the share of it past which a
     # start-up is slow (SmLlmServerSlowStart)
@@ -173,6 +174,18 @@ _SECRET_KEYS = {"password", "passphrase", "secret", "token"}
 
 
 ALL_SOURCES = frozenset(NODE_KEYS)
+_ANY_NODE_KEY = set().union(*NODE_KEYS.values())
+
+
+def _misspelled_source(item: dict[Any, Any]) -> bool:
+    """Whether an unknown key of a node is `source` misspelled (its problem says so)."""
+    allowed = sorted(_ANY_NODE_KEY)
+    return any(
+        difflib.get_close_matches(str(key), allowed, n=1) == ["source"]
+        for key in item
+        if key not in _ANY_NODE_KEY and _key_shown(key)
+    )
+
 
 # A config is a few KiB and a few hundred values; these bound what a hostile or mistaken one can
 # make the loader do (issue 14): past them the document is one problem, never a hang, an
@@ -289,35 +302,92 @@ def load(
     return parse(read_text(path), str(path), env, available)
 
 
+class Unreadable(ConfigError):
+    """A config (or a web config) that cannot be read at all: its one problem is the message."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        super().__init__(source, [printable(problem)])
+
+    def __str__(self) -> str:
+        return self.problems[0]
+
+
 def read_text(path: Path) -> str:
-    """A config file's text, bounded (`check-config /dev/zero` ends too); ConfigError else."""
+    """A config file's text: a regular file only (a FIFO or a device there is refused, never
+    waited on: `check-config /dev/zero` ends too), bounded; ConfigError else."""
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)
+        raw = read_regular(path, MAX_BYTES + 1)
     except OSError as e:
-        raise ConfigError(str(path), [f"{path}: cannot read: {e}"]) from None
+        raise Unreadable(str(path), f"{path}: cannot read: {why_not(e)}") from None
+    return decode(raw, str(path))
+
+
+def decode(raw: bytes, source: str) -> str:
+    """A config's bytes (read with at most MAX_BYTES + 1 of them) as text; ConfigError when
+    there are more, or they are no UTF-8."""
     if len(raw) > MAX_BYTES:
-        raise ConfigError(str(path), [f"{path}: over {MAX_BYTES:,} bytes: not a config"])
+        raise Unreadable(source, f"{source}: over {MAX_BYTES:,} bytes: not a config")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(str(path), [f"{path}: cannot read: {e}"]) from None
+        raise Unreadable(source, f"{source}: cannot read: {e}") from None
 
 
 MAX_SECRET_FILE = 1 << 20  # a key, a known_hosts, a password: anything bigger is none
+_READ_CHUNK = 1 << 16
+# what a path that is no regular file is, by its st_mode's file type
+_FILE_TYPES = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFLNK: "a symlink",
+}
+
+
+def file_kind(mode: int) -> str:
+    """What a file of st_mode `mode` is, in words ("a FIFO", "a regular file")."""
+    return "a regular file" if stat.S_ISREG(mode) else _FILE_TYPES.get(stat.S_IFMT(mode), "?")
+
+
+class NotRegular(OSError):
+    """The path is a FIFO, a device, a socket or a directory: nothing to read a file from."""
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes of the regular file at `path`. Opened without blocking and as no
+    controlling terminal, then fstat()ed: a FIFO, a device or a directory there is refused
+    (NotRegular, an OSError) before a byte is read, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise NotRegular(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(mode):
+            raise NotRegular(errno.EINVAL, f"not a regular file ({file_kind(mode)})")
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, _READ_CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def why_not(e: OSError) -> str:
+    """Why a file cannot be read, in words (its strerror: never the path again)."""
+    return e.strerror or str(e) or type(e).__name__
 
 
 def read_small_file(path: Path) -> bytes:
     """A key, known_hosts or secret file's bytes: a regular file only (opened without
     blocking: a FIFO there is refused, not waited on), at most MAX_SECRET_FILE."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(MAX_SECRET_FILE)
-    finally:
-        os.close(fd)
+    return read_regular(path, MAX_SECRET_FILE)
 
 
 def parse(
@@ -343,11 +413,11 @@ def document(
     that holds its keys given twice already and places later problems at their lines.
     ConfigError when it is no YAML (or too big)."""
     if len(text) > MAX_BYTES:
-        raise ConfigError(source, [f"{source}: over {MAX_BYTES:,} characters: not a config"])
+        raise Unreadable(source, f"{source}: over {MAX_BYTES:,} characters: not a config")
     try:
         node, data, duplicates = _compose_and_construct(text)
     except yaml.YAMLError as e:
-        raise ConfigError(source, [_yaml_problem(e, text, source)]) from None
+        raise ConfigError(source, [printable(_yaml_problem(e, text, source))]) from None
     checker = Checker(source, _index_lines(node) if node is not None else {}, env, available)
     for path, first, second in duplicates:
         where = f"on line {first}" if first == second else f"on lines {first} and {second}"
@@ -426,16 +496,6 @@ def _index_lines(root: yaml.Node) -> dict[str, int]:
     return out
 
 
-def key_lines(text: str) -> dict[str, int]:
-    """Key path -> line of a config's text (for the problems checks of a loaded config find);
-    empty when it does not compose."""
-    try:
-        node, _, _ = _compose_and_construct(text)
-    except yaml.YAMLError:
-        return {}
-    return _index_lines(node) if node is not None else {}
-
-
 def _duplicates(root: yaml.Node) -> Iterator[tuple[str, int, int]]:
     """(key path, first line, second line) of every key a mapping gives twice (YAML would let
     the last win, silently)."""
@@ -468,19 +528,31 @@ class Checker:
     ) -> None:
         self.source, self.lines, self.env, self.available = source, lines, env, available
         self.timelines: list[InitTimelineNode] = []  # (the init-timeline nodes read)
-        self.names: list[str] = []  # (every node's name, in the list's order)
+        # every node's name by its place in the list ("" for one without a valid name)
+        self.names: list[str] = []
         self._found: list[tuple[int, str]] = []
+        self.keys: set[str] = set()  # the key paths with a problem
 
-    def problem(self, path: str, text: str, shown: str | None = None) -> None:
-        """`text` at `path`'s line; `shown`, if given, is the path as the problem names it."""
+    def placed(self, path: str, text: str, shown: str | None = None) -> tuple[int, str]:
+        """(line, `SOURCE:LINE: KEY: text`): `text` at `path`'s line, or at the line of the
+        nearest key around it (a default's); `shown`, if given, is the path as it is named."""
         probe = path
         while probe and probe not in self.lines:  # the nearest enclosing key that has a line
             shorter = re.sub(r"(\.[^.\[]*|\[\d+\])$", "", probe)
             probe = shorter if shorter != probe else ""
         line = self.lines.get(probe, 0)
         where = f"{self.source}:{line}" if line else self.source
-        named = _printable(shown or path) or "(top)"
-        self._found.append((line, f"{where}: {named}: {text}"))
+        named = shown or path or "(top)"
+        return line, printable(f"{where}: {named}: {text}")
+
+    def problem(self, path: str, text: str, shown: str | None = None) -> None:
+        """`text` at `path`'s line; `shown`, if given, is the path as the problem names it."""
+        self.keys.add(path)
+        self._found.append(self.placed(path, text, shown))
+
+    def has_problem(self, path: str) -> bool:
+        """Whether a problem names the key at `path` or one inside it."""
+        return any(k == path or k.startswith((f"{path}.", f"{path}[")) for k in self.keys)
 
     @property
     def problems(self) -> list[str]:
@@ -666,14 +738,10 @@ class Checker:
         names: set[str] = set()
         for i, item in enumerate(value):
             path = f"nodes[{i}]"
+            self.names.append("")
             source = item.get("source") if isinstance(item, dict) else None
             if not isinstance(source, str) or source not in NODE_KEYS:
-                near = difflib.get_close_matches(str(source), sorted(NODE_KEYS), n=1)
-                hint = f" (did you mean {near[0]!r}?)" if near else ""
-                self.problem(
-                    f"{path}.source",
-                    f"must be one of {', '.join(NODE_KEYS)}, got {show(source)}{hint}",
-                )
+                self._no_source(item, path, source)
                 continue
             if source not in self.available:
                 self.problem(
@@ -692,7 +760,7 @@ class Checker:
             if name in names:
                 self.problem(f"{path}.name", f"node {name!r} is defined twice")
             names.add(name)
-            self.names.append(name)
+            self.names[-1] = name
             if source == "init-timeline":
                 timeline = self.timeline(n, path, name)
                 if timeline is not None:
@@ -702,6 +770,25 @@ class Checker:
             if node is not None:
                 out.append(node)
         return tuple(out)
+
+    def _no_source(self, item: Any, path: str, source: Any) -> None:
+        """A node without a `source:` one of NODE_KEYS: that, and its unknown keys (of every
+        source's), so a misspelled `souce:` is named as what it is."""
+        given = isinstance(item, dict) and "source" in item
+        if isinstance(item, dict):
+            self.mapping(item, path, _ANY_NODE_KEY)
+            if not given and _misspelled_source(item):
+                return  # (its unknown key says: did you mean 'source'?)
+        elif item is not None:
+            self.mapping(item, path, _ANY_NODE_KEY)  # (must be a mapping)
+            return
+        choices = ", ".join(NODE_KEYS)
+        if given:
+            near = difflib.get_close_matches(str(source), sorted(NODE_KEYS), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            self.problem(f"{path}.source", f"must be one of {choices}, got {show(source)}{hint}")
+        else:
+            self.problem(path, f"a node needs a source: one of {choices}")
 
     def timeline(self, n: dict[str, Any], path: str, name: str) -> InitTimelineNode | None:
         where = self.get(n, "path", path, self._path, None, "must be a path")
@@ -826,6 +913,9 @@ class Checker:
 _MAY_HOLD_A_SECRET = frozenset(
     {"password_env", "password_file", "passphrase_env", "passphrase_file", "client_keys"}
 )
+# Keys of the web config (webconfig.py) whose values `show` never shows either: a private key's
+# PEM text, the users' bcrypt hashes.
+_VALUES_NOT_SHOWN = frozenset({"key", "basic_auth_users"})
 # The variables systemd sets for a service (systemd.exec(5)): public names, so a problem of a key
 # that may hold a secret names them; any other `$NAME` there may be the tail of a password.
 _SERVICE_VARIABLES = frozenset(
@@ -882,9 +972,9 @@ class _Shown(str):
     """A piece of `show`'s text, as opposed to a value still to be shown."""
 
 
-def _printable(text: str) -> str:
-    """`text` with its unprintable characters escaped: a key path, from the config's keys, stays
-    on the problem's one line."""
+def printable(text: str) -> str:
+    """`text` with its unprintable characters escaped: a key path from the config's keys, a
+    path from its values, stays on the problem's one line."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
@@ -924,7 +1014,7 @@ def _entry_pieces(d: dict[Any, Any]) -> Iterator[Any]:
     for i, (key, value) in enumerate(d.items()):
         shown = repr(key) if _key_shown(key) else "<not shown>"
         yield _Shown(f"{', ' if i else ''}{shown}: ")
-        yield _Shown("<not shown>") if _names_a_secret(key) else value
+        yield _Shown("<not shown>") if _names_a_secret(key) or key in _VALUES_NOT_SHOWN else value
     yield _Shown("}")
 
 

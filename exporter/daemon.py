@@ -6,9 +6,14 @@ batches, moves the watermark with the clock, and at most once a `publish_seconds
 that checkpoints and then publishes a new snapshot (one at a time, beside the loop: a slow disk
 never holds the reading up), which is rendered once, when first scraped, and read from memory
 after.
-Cancellation is the only way it stops. SIGHUP re-reads the config (`reloader`): between two
-batches, as a restart would take it up (the counters through a checkpoint's state into an
-accounting built from the new config), with every unchanged node's source left running.
+Cancellation is the only way it stops. SIGHUP re-reads the config (`reloader`, in a thread of
+its own: a config on a hung file system holds no reading up, and is abandoned after a while),
+taken up between two batches as a restart would take it up (the counters through a
+checkpoint's state into an accounting built from the new config), with every unchanged node's
+source left running.
+"Now" is the wall clock held to the monotonic clock across a step of it (`clock.SteadyClock`):
+the watermark and the "ahead of now" test follow the journals' real time, not a wall clock
+stepped for a while.
 """
 
 from __future__ import annotations
@@ -26,18 +31,20 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from exporter import __version__, changes, initwatch, pages, sources
-from exporter.accounting import SECOND, Accounting, Snapshot, restore, state_of
+from exporter import __version__, changes, hup, initwatch, logs, pages, sources
+from exporter.accounting import MAX_MODELS, SECOND, Accounting, Snapshot, restore, state_of
 from exporter.answers import Page, Pages
 from exporter.checkpoint import Checkpoint, CheckpointError, StateLock
+from exporter.clock import SteadyClock, boottime
 from exporter.collector import Published, Renderer
-from exporter.config import Config, InitTimelineNode, NodeConfig
+from exporter.config import Config, ConfigError, FileNode, InitTimelineNode, NodeConfig
 from exporter.http import HttpServer, fd_budget
 from exporter.logline import Batch, Event, EventKind, Interval, Record
 from exporter.notify import Notifier
-from exporter.parse import Parser
+from exporter.parse import OTHER_MODELS, Parser
 from exporter.phases import Figures
 from exporter.pipeline import apply_batch, tune_gc
+from exporter.repeats import Repeats
 from exporter.sources import Source
 from exporter.timeline import Recent
 from exporter.times import iso
@@ -52,6 +59,11 @@ RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
 TICK_BUSY_S = 0.05  # the watermark moved this often while batches come
 CAUGHT_UP_PUBLISH_S = 0.05  # publish this soon after a source caught up (a backlog read)
 ERRORS_LOGGED = 5  # parse errors logged per node before going quiet (they are all counted)
+# a node whose source has been up and caught up this long without one entry of its unit says so
+QUIET_UNIT_S = 600.0
+RELOAD_DEADLINE_S = 30.0  # a config read (SIGHUP) not done by then is abandoned
+RESTARTS = "llama-server restarts"  # (the repeated events a node's log line sums up)
+ABORTED = "requests in flight aborted"
 
 
 class Daemon:
@@ -62,6 +74,7 @@ class Daemon:
         config: Config,
         *,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
         source_factory: Callable[[NodeConfig, int, str], Source] = sources.follow,
         publish_seconds: float = 1.0,
         caught_up_publish_seconds: float = CAUGHT_UP_PUBLISH_S,
@@ -69,11 +82,21 @@ class Daemon:
         version: str = __version__,
         notifier: Notifier | None = None,
         reloader: Callable[[], Config] | None = None,
+        quiet_unit_seconds: float = QUIET_UNIT_S,
+        reload_deadline_seconds: float = RELOAD_DEADLINE_S,
     ) -> None:
+        """`clock`: the wall clock; `monotonic`: the clock that holds it across a step (by
+        default CLOCK_BOOTTIME for the real wall clock; a clock given without one is its own:
+        a test's clock moved by hand is taken as it moves)."""
         self.reloader = reloader  # the config re-read, for SIGHUP (raises when it is bad)
         self.notifier = notifier if notifier is not None else Notifier()
         self.config = config
         self.clock = clock
+        if monotonic is None:
+            monotonic = boottime if clock is time.time else clock
+        self.now = SteadyClock(clock, monotonic)
+        self.quiet_unit_seconds = quiet_unit_seconds
+        self.reload_deadline_seconds = reload_deadline_seconds
         self.source_factory = source_factory
         self.publish_seconds = publish_seconds
         self.caught_up_publish_seconds = caught_up_publish_seconds
@@ -94,6 +117,10 @@ class Daemon:
         self.node_since = dict.fromkeys(
             names, self.since_us
         )  # where a node without position starts
+        # the kind of source each position is of, and of the source running (a position is
+        # only ever handed to a source of its kind)
+        self._position_kind: dict[str, str] = {}
+        self._running_kind: dict[str, str] = {}
         self._served: Snapshot = self.acc.snapshot()  # the last checkpointed snapshot
         self._served_view: _ViewParts | None = None  # what the status pages showed with it
         self._failing = False
@@ -108,12 +135,20 @@ class Daemon:
         self.turns = 0  # ingest loop turns: the heartbeat
         self._started: set[str] = set()
         self._errors_logged = dict.fromkeys(names, 0)
+        self._repeats = Repeats(time.monotonic)  # restarts and aborts: logged in summary
+        # per node: its entries counter when its source was last configured (the unit check),
+        # since when (monotonic) it has been caught up with none since, and whether it said so
+        self._entries_base = dict.fromkeys(names, 0)
+        self._quiet_since: dict[str, float] = {}
+        self._quiet_said: set[str] = set()
         self._down_reason: dict[str, str] = {}
         # per node, the Batch saying its source ended, and the event set once it is applied
         self._ended: dict[str, tuple[Batch, asyncio.Event]] = {}
         self._caught_up_now = False  # a source caught up since the last publish
         self._holder: tuple[str, str] | None = None  # (node, why) holding the figures back
         self._reload_wanted = False
+        self._reloading: asyncio.Task[None] | None = None  # a config read and its take-up
+        self._reader: threading.Thread | None = None  # the config read's thread
         self._queue: asyncio.Queue[Batch] | None = None
         self._tg: asyncio.TaskGroup | None = None
         self._source_tasks: dict[str, asyncio.Task[None]] = {}
@@ -121,7 +156,7 @@ class Daemon:
         self._rebinding = asyncio.Lock()
 
     def _now_us(self) -> int:
-        return int(self.clock() * SECOND)
+        return int(self.now() * SECOND)
 
     def _server(self, host: str, port: int) -> HttpServer:
         c = self.config
@@ -198,6 +233,9 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop)
         loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+        if hup.take():  # (caught since the process began: the config may have changed since)
+            log.info("a SIGHUP came while starting: the config is read again")
+            self._reload_wanted = True
         try:
             await self.run()
         except asyncio.CancelledError:
@@ -206,9 +244,16 @@ class Daemon:
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
+            hup.ignore()  # (ending: a SIGHUP now must not end the process otherwise)
 
     def request_reload(self) -> None:
-        """Re-read the config at the ingest loop's next turn (SIGHUP)."""
+        """Re-read the config at the ingest loop's next turn (SIGHUP); while a read is pending,
+        once it has ended."""
+        if self._reader is not None and self._reader.is_alive():
+            log.warning(
+                "reload: the config read begun before has not ended yet: the config is read "
+                "again once it has"
+            )
         self.notifier.reloading()
         self._reload_wanted = True
 
@@ -230,9 +275,7 @@ class Daemon:
             self._started.add(node.name)
             began = loop.time()
             try:
-                source = self.source_factory(
-                    node, self.node_since[node.name], self.positions[node.name]
-                )
+                source = self.source_factory(node, *self._start_of(node))
                 if not first:
                     await queue.put(Batch(node.name, up=False, reconnected=True))
                 first = False
@@ -255,6 +298,27 @@ class Daemon:
             # and counted twice.
             await asyncio.gather(asyncio.sleep(delay * self._rng.uniform(0.8, 1.2)), applied.wait())
             delay = min(delay * 2, RETRY_MAX_S)
+
+    def _start_of(self, node: NodeConfig) -> tuple[int, str]:
+        """Where `node`'s source starts: (since, position). A position of another kind of
+        source (the node moved from a dump to its journal, say) means nothing to it, and
+        `since` would read again what was counted: it starts after the newest journal time read
+        instead (the same entries, read anew, are not counted twice)."""
+        name = node.name
+        self._running_kind[name] = node.source
+        position, was = self.positions[name], self._position_kind.get(name, node.source)
+        if not position or was == node.source:
+            return self.node_since[name], position
+        newest = self.acc.nodes[name].newest_us
+        log.info(
+            "node %s: its source is now of kind %s, its saved position of kind %s: read from "
+            "after %s, the journal time read up to",
+            name,
+            node.source,
+            was,
+            iso(newest),
+        )
+        return newest + 1, ""
 
     def _start_timelines(self) -> None:
         """A task watching each init-timeline node's files (those running stop first)."""
@@ -299,6 +363,7 @@ class Daemon:
             await self._ingest_loop(queue, tg)
         finally:  # cancelled: a last checkpoint of everything applied (after the one being
             # written, if any: Checkpoint.write takes its lock)
+            self._repeats.flush(every=True)
             try:
                 self._write(self._state_values(), next(self._taken))
             except OSError as e:
@@ -310,8 +375,9 @@ class Daemon:
         last_publish = last_tick = time.monotonic()
         publishing: asyncio.Task[None] | None = None
         while True:
-            if self._reload_wanted:
-                self._reload(queue, tg)
+            if self._reload_wanted and not self._reload_pending():
+                self._reload_wanted = False
+                self._reloading = tg.create_task(self._reload(queue, tg), name="reload")
             first: Batch | None = None
             if not queue.empty():
                 first = queue.get_nowait()
@@ -362,8 +428,20 @@ class Daemon:
             self._caught_up_now = True
         restarts, errors, aborted = ns.restarts, ns.parse_errors, ns.aborted
         skewed = ns.clock_skew_us > 0
+        if self.now.suspected and batch.newest_us is not None:  # (does it bear the step out?)
+            allowance_s = self.acc.clock_allowance_us / SECOND
+            if self.now.journal_time(batch.newest_us / SECOND, allowance_s):
+                now_us = self._now_us()
+        spilled = OTHER_MODELS in ns.models
         recs = apply_batch(batch, self.parsers[node], self.acc, now_us)
         self.recent.add_all(recs)
+        if not spilled and OTHER_MODELS in ns.models:  # (once: the checkpoint keeps it)
+            log.warning(
+                "node %s: more than %d models: the requests of the others count under model=%s",
+                node,
+                MAX_MODELS,
+                OTHER_MODELS,
+            )
         if (ns.clock_skew_us > 0) != skewed:  # once per episode, at its start and its end
             if skewed:
                 log.info("node %s: its journal times are in line with this clock again", node)
@@ -380,6 +458,9 @@ class Daemon:
             self._log_events(node, recs, ns.aborted - aborted)  # (rare: look only then)
         if batch.position:
             self.positions[node] = batch.position
+            kind = self._running_kind.get(node)
+            if kind is not None:
+                self._position_kind[node] = kind
         ended = self._ended.get(node)
         if ended is not None and ended[0] is batch:
             ended[1].set()
@@ -389,7 +470,8 @@ class Daemon:
             log.info("node %s: following its journal again", node)
 
     def _log_events(self, node: str, recs: list[Record], aborted: int) -> None:
-        """Log the restarts and the first parse errors among what a batch added."""
+        """Log the first parse errors among what a batch added, and its restarts and aborted
+        requests (in summary when they come often: `Repeats`)."""
         for rec in recs:
             if type(rec) is not Event:
                 continue
@@ -405,58 +487,111 @@ class Daemon:
                         else "",
                     )
             elif rec.kind is EventKind.RESTART:
-                log.info("node %s: llama-server restarted (%s)", node, rec.detail)
+                self._repeats.note(
+                    node, RESTARTS, 1, f"llama-server restarted ({rec.detail})", rec.detail
+                )
         if aborted:
-            log.info(
-                "node %s: %d requests in flight aborted: their llama-server has exited",
+            self._repeats.note(
                 node,
+                ABORTED,
                 aborted,
+                f"{aborted} requests in flight aborted: their llama-server has exited",
             )
 
     # -- reload ---------------------------------------------------------------------------------
 
-    def _reload(self, queue: asyncio.Queue[Batch], tg: asyncio.TaskGroup) -> None:
-        """Take up the re-read config: refused, with its problems logged, when it does not
-        validate (the one in force stays); else what changed is logged and applied as a
-        restart would apply it, every unchanged node's source left running."""
-        self._reload_wanted = False
+    def _reload_pending(self) -> bool:
+        """A config read (or its take-up) has not ended: an abandoned one counts until its
+        thread ends, so that a hung file system never gathers threads."""
+        if self._reloading is not None and not self._reloading.done():
+            return True
+        return self._reader is not None and self._reader.is_alive()
+
+    def _read_config(self, reloader: Callable[[], Config]) -> asyncio.Future[Config]:
+        """`reloader()` in a thread of its own (a daemon thread: one that hangs never holds
+        the process's end up), its outcome as a future of the loop (dropped once abandoned)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Config] = loop.create_future()
+
+        def settle(new: Config | None, error: Exception | None) -> None:
+            if future.done():  # (abandoned)
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                assert new is not None
+                future.set_result(new)
+
+        def read() -> None:
+            new, error = None, None
+            try:
+                new = reloader()
+            except Exception as e:  # (ConfigError lists every problem)
+                error = e
+            with suppress(RuntimeError):  # (the loop closed meanwhile)
+                loop.call_soon_threadsafe(settle, new, error)
+
+        self._reader = threading.Thread(target=read, name="config reload", daemon=True)
+        self._reader.start()
+        return future
+
+    async def _reload(self, queue: asyncio.Queue[Batch], tg: asyncio.TaskGroup) -> None:
+        """Re-read the config (SIGHUP) and take it up: refused, with its problems logged, when
+        it does not validate (the one in force stays); else what changed is logged and applied
+        as a restart would apply it, every unchanged node's source left running. A read not
+        done within `reload_deadline_seconds` is abandoned: the config in force stays."""
         try:
             if self.reloader is None:
                 log.warning("reload: this daemon has no config file to re-read")
                 return
             try:
-                new = self.reloader()
-            except Exception as e:  # (ConfigError lists every problem)
-                log.error("reload refused, the config in force stays: %s", e)
-                return
-            if new.state_dir != self.config.state_dir:
+                new = await asyncio.wait_for(
+                    self._read_config(self.reloader), self.reload_deadline_seconds
+                )
+            except TimeoutError:
                 log.error(
-                    "reload refused: state_dir changed (%s -> %s); restart to move the checkpoint",
-                    self.config.state_dir,
-                    new.state_dir,
+                    "reload abandoned, the config in force stays: reading the config has not "
+                    "ended in %.0f s (a hung file system, a FIFO?); a SIGHUP reads it again "
+                    "once that read has ended",
+                    self.reload_deadline_seconds,
                 )
                 return
-            # the web config read anew, what it protects (TLS, basic auth) taken anew too
-            self.server.web_config = new.web_config_file
-            diff = changes.between(self.config, new)
-            if diff.none:
-                log.info("reload: the config is unchanged")
+            except Exception as e:  # (ConfigError lists every problem)
+                lines = logs.LINES if isinstance(e, ConfigError) else None
+                log.error("reload refused, the config in force stays: %s", e, extra=lines)
                 return
-            now = self._now_us()
-            while not queue.empty():  # (what the sources handed over is applied first)
-                self._apply(queue.get_nowait(), now)
-            self._take_config(new, diff)
-            for line in diff.lines():
-                log.info("reload: %s", line)
-            if {"listen_host", "listen_port"} & set(diff.settings):
-                tg.create_task(self._rebind(), name="rebind")
-            else:  # (from the next connection on)
-                self.server.max_connections = min(new.http_max_connections, fd_budget())
+            self._take_reload(new, queue, tg)
         finally:
             if self._ready():
                 self.notifier.reloaded(self.status())
             else:
                 self.notifier.status(self.status())
+
+    def _take_reload(self, new: Config, queue: asyncio.Queue[Batch], tg: asyncio.TaskGroup) -> None:
+        """Take up the config read anew (see `_reload`)."""
+        if new.state_dir != self.config.state_dir:
+            log.error(
+                "reload refused: state_dir changed (%s -> %s); restart to move the checkpoint",
+                self.config.state_dir,
+                new.state_dir,
+            )
+            return
+        # the web config read anew, what it protects (TLS, basic auth) taken anew too
+        self.server.web_config = new.web_config_file
+        diff = changes.between(self.config, new)
+        if diff.none:
+            log.info("reload: the config is unchanged")
+            return
+        now = self._now_us()
+        while not queue.empty():  # (what the sources handed over is applied first)
+            self._apply(queue.get_nowait(), now)
+        self._take_config(new, diff)
+        for line in diff.lines():
+            log.info("reload: %s", line)
+        if {"listen_host", "listen_port"} & set(diff.settings):
+            tg.create_task(self._rebind(), name="rebind")
+        else:  # (from the next connection on)
+            self.server.max_connections = min(new.http_max_connections, fd_budget())
 
     def _take_config(self, new: Config, diff: changes.Changes) -> None:
         old_nodes = self.acc.nodes
@@ -474,6 +609,7 @@ class Daemon:
             was = old_nodes.get(name)
             if was is not None and name not in {n.name for n in diff.changed}:
                 ns.up, ns.caught_up, ns.down_since_us = was.up, was.caught_up, was.down_since_us
+                ns.behind_since_us, ns.behind_newest_us = was.behind_since_us, was.behind_newest_us
                 ns.lag_us, ns.clock_skew_us = was.lag_us, was.clock_skew_us
         self.acc = acc
         self.recent.keep(acc.nodes)
@@ -485,6 +621,11 @@ class Daemon:
                 task.cancel()
             for table in (self.parsers, self.positions, self.node_since, self._errors_logged):
                 table.pop(name, None)
+            self._position_kind.pop(name, None)
+            self._running_kind.pop(name, None)
+            self._forget_unit_watch(name)
+            self._entries_base.pop(name, None)
+            self._repeats.forget(name)
             self._started.discard(name)
             self._ended.pop(name, None)
             self._down_reason.pop(name, None)
@@ -493,12 +634,15 @@ class Daemon:
         assert self._tg is not None
         for node in diff.changed:
             task = self._source_tasks.pop(node.name, None)
+            self._forget_unit_watch(node.name)
+            self._entries_base[node.name] = self.acc.nodes[node.name].entries
             self._source_tasks[node.name] = self._tg.create_task(
                 self._restart_source(node, task), name=f"source {node.name}"
             )
         for node in diff.added:
             self.parsers[node.name] = self._parser(node.name)
             self.positions[node.name] = ""
+            self._entries_base[node.name] = 0
             self.node_since[node.name] = new.since_us(self._now_us())
             self.acc.nodes[node.name].newest_us = self.node_since[node.name]
             self._errors_logged[node.name] = 0
@@ -558,6 +702,38 @@ class Daemon:
                     self._log_events(node, recs, ns.aborted - aborted)
         self.acc.advance(now_us)
         self._watch_holder(now_us)
+        self._repeats.flush()
+        self._watch_units()
+
+    def _watch_units(self) -> None:
+        """Say once of each node whose source has been up and caught up for
+        `quiet_unit_seconds` without one entry of its unit since it was configured: a misspelt
+        `unit:` reads nothing, and would show as followed, idle, for ever."""
+        mono = time.monotonic()
+        for node in self.config.nodes:
+            name = node.name
+            ns = self.acc.nodes.get(name)
+            if isinstance(node, FileNode) or name in self._quiet_said or ns is None:
+                continue
+            if ns.entries > self._entries_base.get(name, 0) or not (ns.up and ns.caught_up):
+                self._quiet_since.pop(name, None)
+                continue
+            since = self._quiet_since.setdefault(name, mono)
+            if mono - since >= self.quiet_unit_seconds:
+                self._quiet_said.add(name)
+                log.warning(
+                    "node %s: no entry of unit %s read in %.0f s of following its journal: if "
+                    "its llama-server has run meanwhile, check the node's `unit:` (journalctl "
+                    "-u %s on the node)",
+                    name,
+                    node.unit,
+                    mono - since,
+                    node.unit,
+                )
+
+    def _forget_unit_watch(self, name: str) -> None:
+        self._quiet_since.pop(name, None)
+        self._quiet_said.discard(name)
 
     def _watch_holder(self, now_us: int) -> None:
         """Log once which node holds the cluster figures back, what for and until when, and
@@ -585,6 +761,7 @@ class Daemon:
             "accounting": state_of(self.acc),
             "parsers": {n: p.state() for n, p in self.parsers.items()},
             "positions": dict(self.positions),
+            "sources": dict(self._position_kind),  # (each position's kind of source)
             "checkpoint_errors": self.checkpoint_errors,
             "written_at_us": self._now_us(),
         }
@@ -710,6 +887,11 @@ class Daemon:
         for name in self.node_since:
             if name in saved["parsers"]:
                 self.node_since[name] = self.acc.origin_us
+        kinds = saved.get("sources")  # (a checkpoint written before it had them: none)
+        for node in self.config.nodes:
+            was = kinds.get(node.name) if isinstance(kinds, dict) else None
+            if self.positions[node.name]:
+                self._position_kind[node.name] = was if isinstance(was, str) else node.source
         for note in notes:
             log.warning("checkpoint %s: %s", self.checkpoint.path, note)
         self._served, self._served_view = self.acc.snapshot(), None

@@ -10,6 +10,7 @@ embedding (launch, release) or a request the client cancelled (launch, cancel li
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import random
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from exporter.config import Config, FileNode
 from exporter.daemon import Daemon
+from exporter.outfile import shown
 
 log = logging.getLogger(__name__)
 
@@ -165,13 +167,13 @@ def write_dumps(directory: Path, seed: int, start_us: int, end_us: int) -> dict[
     return paths
 
 
-def demo_config(directory: Path, listen: str, since_us: int) -> Config:
-    """Three file nodes over the demo's dumps, state kept beside them."""
-    host, _, port = listen.rpartition(":")
+def demo_config(directory: Path, listen: tuple[str, int], since_us: int) -> Config:
+    """Three file nodes over the demo's dumps, state kept beside them; `listen` is (host,
+    port)."""
     since = datetime.fromtimestamp(since_us / SECOND, UTC).isoformat()
     return Config(
-        listen_host=host,
-        listen_port=int(port),
+        listen_host=listen[0],
+        listen_port=listen[1],
         state_dir=directory / "state",
         since=since,
         nodes=tuple(FileNode(n, directory / f"{n}.log") for n in NODES),
@@ -227,15 +229,28 @@ class Appender:
             await asyncio.to_thread(self.write_due, int(self.clock() * SECOND))
 
 
-async def run_demo(directory: Path, listen: str) -> None:
-    """The daemon on three demo nodes whose journals grow as their time comes."""
+async def run_demo(directory: Path, listen: tuple[str, int]) -> None:
+    """The daemon on three demo nodes whose journals grow as their time comes. The daemon's
+    OSError (the port taken, the state directory in use) and the appender's come as they are,
+    not in an exception group."""
     appender = Appender(directory)
-    log.info("demo journals in %s (the last hour, growing)", directory)
+    log.info("demo journals in %s (the last hour, growing)", shown(directory))
     daemon = Daemon(demo_config(directory, listen, appender.start_us))
-    async with asyncio.TaskGroup() as tg:
-        appending = tg.create_task(appender.run(), name="demo appender")
+    appending = asyncio.create_task(appender.run(), name="demo appender")
+    main = asyncio.current_task()
+
+    def stop_if_failed(task: asyncio.Task[None]) -> None:
+        """The appender failed (its error is raised below): the daemon stops."""
+        if not task.cancelled() and task.exception() is not None and main is not None:
+            main.cancel()
+
+    appending.add_done_callback(stop_if_failed)
+    try:
         await daemon.run_until_signalled()
+    finally:
         appending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await appending  # (the appender's own error, if it failed)
 
 
 @contextmanager
@@ -260,4 +275,4 @@ def demo_directory(given: Path | None = None) -> Iterator[Path]:
         if main:
             signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(directory, ignore_errors=True)
-        log.info("demo journals in %s removed", directory)
+        log.info("demo journals in %s removed", shown(directory))

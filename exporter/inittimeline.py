@@ -25,7 +25,10 @@ and one it skips is skipped here, named `<path>:<line>: <why>` (a dump's: `<path
   errors="replace" (the seed's strict decoding crashes on a bad byte).
 A path that cannot be read at all (missing, not a regular file or directory, unreadable, over
 64 MiB, a dump that is no schema-1 timeline object) raises `InitTimelineError`; a worker file
-gone between the listing of its directory and its reading is left out.
+gone between the listing of its directory and its reading is left out. So do files that come
+to more than 64 MiB in all (each under the bound, a run directory kept across many start-ups,
+say: they are refused before any is read, their sum named) and a run directory with more than
+10,000 worker files: what one timeline reads is bounded, whatever its directory holds.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from typing import Any
 from exporter.phases import Phase, Timeline
 
 MAX_FILE_BYTES = 64 << 20  # a file larger than this is refused
+MAX_TOTAL_BYTES = MAX_FILE_BYTES  # a timeline's files (its dump and worker files), in all
+MAX_WORKER_FILES = 10_000  # worker files of a run directory (each a process of a start-up)
 MAX_LINE_CHARS = 1 << 20  # a worker line longer than this is skipped
 MAX_TIME_S = 1e11  # a start or end further from the epoch (year 5138) is no time
 SCHEMA_VERSION = 1
@@ -205,8 +210,13 @@ class _Gone(InitTimelineError):
     """A file not there (any more)."""
 
 
-def _read(path: Path) -> str:
-    """A regular file's text (decoded as UTF-8, errors replaced)."""
+class _OverTotal(InitTimelineError):
+    """A file that grew past what is left of MAX_TOTAL_BYTES since the sizes were added up."""
+
+
+def _read(path: Path, budget: int = MAX_TOTAL_BYTES) -> tuple[str, int]:
+    """A regular file's text (decoded as UTF-8, errors replaced) and its size; _OverTotal
+    beyond `budget` bytes (what is left of the total), read no further."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -217,12 +227,77 @@ def _read(path: Path) -> str:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise InitTimelineError(f"{path}: not a regular file")
-            data = f.read(MAX_FILE_BYTES + 1)
+            data = f.read(min(MAX_FILE_BYTES, budget) + 1)
         except OSError as e:
             raise InitTimelineError(f"{path}: cannot read: {e.strerror}") from None
     if len(data) > MAX_FILE_BYTES:
         raise InitTimelineError(f"{path}: larger than {MAX_FILE_BYTES} bytes; refused")
-    return data.decode("utf-8", errors="replace")
+    if len(data) > budget:
+        raise _OverTotal(f"{path}: grew past the {MAX_TOTAL_BYTES} bytes all files may hold")
+    return data.decode("utf-8", errors="replace"), len(data)
+
+
+def worker_files(directory: Path) -> list[Path]:
+    """A run directory's worker files (`worker_*.jsonl`), in name order (the seed's
+    `sorted(glob)`); InitTimelineError beyond MAX_WORKER_FILES (the listing goes no further)."""
+    head, tail = WORKER_GLOB.split("*")
+    found: list[Path] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith(head) and entry.name.endswith(tail):
+                if len(found) == MAX_WORKER_FILES:
+                    raise InitTimelineError(
+                        f"{directory}: more than {MAX_WORKER_FILES} {WORKER_GLOB} files; refused "
+                        "(move those of old start-ups away)"
+                    )
+                found.append(directory / entry.name)
+    return sorted(found)
+
+
+def _size(path: Path) -> int:
+    """A regular file's size (0 for what reading it will refuse or find gone)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def _check_total(paths: Sequence[Path], files: Sequence[Path]) -> None:
+    """InitTimelineError when `files` come to more than MAX_TOTAL_BYTES, before any is read."""
+    total = sum(_size(f) for f in files)
+    if total > MAX_TOTAL_BYTES:
+        named = ", ".join(str(p) for p in paths)
+        raise InitTimelineError(
+            f"{named}: {len(files)} files of {total} bytes in all, over the {MAX_TOTAL_BYTES} "
+            "bytes one timeline may read; refused (move the worker files of old start-ups away)"
+        )
+
+
+def _read_workers(
+    workers: Sequence[tuple[Path, bool]], budget: int, files: list[str], skipped: list[str]
+) -> list[Phase]:
+    """The worker files' phases, each file once, in order (`files` and `skipped` get theirs);
+    `budget`: the bytes they may hold in all."""
+    found: list[Phase] = []
+    read: set[str] = set()
+    for path, listed in workers:
+        real = os.path.realpath(path)
+        if real in read:
+            continue
+        try:
+            text, size = _read(path, budget)
+        except _Gone:
+            if listed:  # gone since its directory was listed
+                continue
+            raise
+        budget -= size
+        read.add(real)
+        phases, bad = parse_worker(text, str(path))
+        files.append(str(path))
+        found += phases
+        skipped += bad
+    return found
 
 
 def load(paths: Sequence[Path]) -> Loaded:
@@ -234,7 +309,7 @@ def load(paths: Sequence[Path]) -> Loaded:
         path = Path(given)
         try:
             if path.is_dir():
-                workers.extend((f, True) for f in sorted(path.glob(WORKER_GLOB)))
+                workers.extend((f, True) for f in worker_files(path))
                 continue
         except (OSError, ValueError) as e:
             raise InitTimelineError(f"{path}: cannot list: {e}") from None
@@ -250,30 +325,19 @@ def load(paths: Sequence[Path]) -> Loaded:
             dumps.append(path)
     if len(dumps) > 1:
         raise InitTimelineError(f"two dumps, {dumps[0]} and {dumps[1]}: give one")
+    unique = {os.path.realpath(p): p for p in (*dumps, *(w for w, _ in workers))}
+    _check_total(paths, list(unique.values()))
+    budget = MAX_TOTAL_BYTES
     files: list[str] = []
     skipped: list[str] = []
     timeline: Timeline | None = None
     if dumps:
-        timeline, bad = parse_dump(_read(dumps[0]), str(dumps[0]))
+        text, size = _read(dumps[0], budget)
+        budget -= size
+        timeline, bad = parse_dump(text, str(dumps[0]))
         files.append(str(dumps[0]))
         skipped += bad
-    found: list[Phase] = []
-    read: set[str] = set()
-    for path, listed in workers:
-        real = os.path.realpath(path)
-        if real in read:
-            continue
-        try:
-            text = _read(path)
-        except _Gone:
-            if listed:  # gone since its directory was listed
-                continue
-            raise
-        read.add(real)
-        phases, bad = parse_worker(text, str(path))
-        files.append(str(path))
-        found += phases
-        skipped += bad
+    found = _read_workers(workers, budget, files, skipped)
     if timeline is None:
         if not found:
             named = ", ".join(str(p) for p in paths) or "(no paths)"
@@ -303,7 +367,9 @@ def signature(paths: Sequence[Path]) -> tuple[object, ...]:
         out.append(_stat(path))
         try:
             if path.is_dir():
-                out.append(tuple(_stat(f) for f in sorted(path.glob(WORKER_GLOB))))
+                out.append(tuple(_stat(f) for f in worker_files(path)))
         except (OSError, ValueError) as e:
             out.append((str(path), "unlisted", type(e).__name__))
+        except InitTimelineError:  # (too many to list: reading says so)
+            out.append((str(path), "too many"))
     return tuple(out)

@@ -25,11 +25,12 @@ def paths_of(node: InitTimelineNode) -> list[Path]:
 
 
 def read(node: InitTimelineNode) -> Loaded | str:
-    """The node's files, merged, or why they cannot be read (blocking: it reads them)."""
+    """The node's files, merged, or why they cannot be read, naming the node (blocking: it
+    reads them)."""
     try:
         return load(paths_of(node))
     except InitTimelineError as e:
-        return str(e)
+        return f"init-timeline node {node.name}: {e}"
 
 
 def figures(node: InitTimelineNode, loaded: Loaded | str, now: float) -> Figures:

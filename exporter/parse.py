@@ -85,6 +85,11 @@ KEYWORDS = (
 )
 MAX_INSTANCES = 32  # model instances a router's parser follows at once
 MAX_MODEL_NAME = 200  # characters of a model's name kept (it becomes a label value)
+# Model names that begin with ":" are the exporter's own: `:PORT` for an instance whose spawn line
+# was not read, and OTHER_MODELS for a node's models beyond the accounting's cap. A real name
+# never does (see _model_name), so none clashes with them.
+OTHER_MODELS = ":other"
+SPAWNED = 64  # model names a router's parser remembers as started (a second start: a restart)
 MARKS = 64  # cancel and error lines remembered per server until their task's release decides
 
 _TOTAL = re.compile(r"total time\s*=\s*(\S+)\s*ms(?:\s*/\s*(\S+)\s+tokens)?")
@@ -238,6 +243,9 @@ class Parser:
     up: int = -1
     model: str = ""  # the model instance it follows, for a router's instances (not saved)
     instances: dict[int, Parser] = field(default_factory=dict)  # router mode: by port
+    # router mode: the model names this router started (the last SPAWNED), each with the status
+    # its instance last exited with ("" if none yet): a second start of one is a restart
+    spawned: dict[str, str] = field(default_factory=dict)
     slots: int = DEFAULT_SLOTS  # the configured slot count, until the server logs its own
     n_slots: int = 0  # the slot count the server logged (`n_slots = N`), 0 before
     others: dict[int, _Server] = field(default_factory=dict)  # older PIDs that may still log
@@ -318,10 +326,11 @@ class Parser:
             self.last_us,
             self.up,
             {port: (p.model, p.state()) for port, p in self.instances.items()},
+            dict(self.spawned),
         )
 
     def _rollback(self, mark: tuple[Any, ...]) -> None:
-        self.pid, current, self.others, self.seen, *newest, instances = mark
+        self.pid, current, self.others, self.seen, *newest, instances, self.spawned = mark
         self.newest_pid, self.newest_since_us, self.last_us, self.up = newest
         self._take(current)
         self.instances = {port: self._instance(model, s) for port, (model, s) in instances.items()}
@@ -462,6 +471,8 @@ class Parser:
             return
         if kind == INSTANCE:
             if not self.model:  # (a router's line; an instance's own are no instances')
+                if line.pid != self.pid and line.pid:  # (the router's own line)
+                    self._same_server(line, out)
                 self._instance_line(line, out)
             return
         if line.pid != self.pid and line.pid:
@@ -506,37 +517,49 @@ class Parser:
         return True
 
     def _instance_line(self, line: LogLine, out: list[Record]) -> None:
-        """The router spawned an instance (its port's lines are that model's from here on) or
-        one exited (a restart of that instance only)."""
+        """The router spawned an instance (its port's lines are that model's from here on; a
+        model's second start is a restart of that instance only) or one exited (what it held
+        is aborted)."""
         spawn, gone = _spawned(line.message), _exited_instance(line.message)
+        now = min(line.time_us, self.horizon_us)
         if spawn is not None:
             name, port = spawn
             for p in [p for p, sub in self.instances.items() if p == port or sub.model == name]:
-                self._instance_gone(p, min(line.time_us, self.horizon_us), out)
+                self._instance_gone(p, now, out)
             while len(self.instances) >= MAX_INSTANCES:
-                self._instance_gone(
-                    next(iter(self.instances)), min(line.time_us, self.horizon_us), out
-                )
+                self._instance_gone(next(iter(self.instances)), now, out)
             self.instances[port] = self._instance(name)
-        elif gone is not None:
-            name, status = gone
-            for p in [p for p, sub in self.instances.items() if sub.model == name]:
-                self._instance_gone(p, min(line.time_us, self.horizon_us), out)
+            status = self.spawned.get(name)
+            if status is not None:
                 out.append(
                     Event(
                         self.node,
                         line.time_us,
                         EventKind.RESTART,
                         line.pid,
-                        detail=f"model instance {name} exited with status {status}",
+                        detail=f"model instance {name} started again"
+                        + (f" (it exited with status {status})" if status else ""),
                         model=name,
                     )
                 )
+            self._spawned_as(name, "")
+        elif gone is not None:
+            name, status = gone
+            for p in [p for p, sub in self.instances.items() if sub.model == name]:
+                self._instance_gone(p, now, out)
+            self._spawned_as(name, status)
         else:
             return
         # the node's slots: its instances' that run
         slots = sum(p.n_slots for p in self.instances.values())
         out.append(Event(self.node, line.time_us, EventKind.SLOTS, line.pid, slots))
+
+    def _spawned_as(self, name: str, status: str) -> None:
+        """Remember that the router started model `name` (its last exit status, if any)."""
+        self.spawned.pop(name, None)
+        self.spawned[name] = status
+        if len(self.spawned) > SPAWNED:
+            del self.spawned[next(iter(self.spawned))]
 
     def _instance_gone(self, port: int, now: int, out: list[Record]) -> None:
         sub = self.instances.pop(port)
@@ -586,6 +609,7 @@ class Parser:
         if known and now - self.newest_since_us > PID_GONE_US:  # (as in _feed)
             self.second = True
         if not known and pid not in self.seen:  # a server not seen before
+            self.spawned.clear()  # (a new router's first start of a model is no restart)
             if before:
                 out.append(
                     Event(
@@ -805,6 +829,7 @@ class Parser:
         self._take(None)
         for port in list(self.instances):
             self._instance_gone(port, now_us, out)
+        self.spawned.clear()
 
     def _gone(self, pid: int, server: _Server, now_us: int, out: list[Record]) -> None:
         """PID `pid` has exited: its waiting releases are decided, its other requests aborted."""
@@ -863,6 +888,7 @@ class Parser:
             ],
             "seen": list(self.seen),
             "instances": [[port, p.model, p.state()] for port, p in self.instances.items()],
+            "spawned": [[name, status] for name, status in self.spawned.items()],
         }
 
     @classmethod
@@ -887,6 +913,10 @@ class Parser:
         p.seen = dict.fromkeys(_int(pid) for pid in state.get("seen", [p.pid] if p.pid else []))
         for port, model, sub in state.get("instances", [])[:MAX_INSTANCES]:
             p.instances[_int(port)] = p._instance(str(model), sub)
+        # (a checkpoint from before: the instances that run were started)
+        spawned = state.get("spawned", [[sub.model, ""] for sub in p.instances.values()])
+        for name, status in spawned[-SPAWNED:]:
+            p.spawned[str(name)] = str(status)
         return p
 
 
@@ -1106,8 +1136,11 @@ def _days(y: int, m: int, d: int) -> int:
 
 
 def _model_name(text: str) -> str:
-    """A model's name as the router logged it, fit to be a label value (bounded, UTF-8)."""
-    return text[:MAX_MODEL_NAME].encode("utf-8", "replace").decode("utf-8")
+    """A model's name as the router logged it, fit to be a label value (bounded, UTF-8). One
+    that begins with ":" after any "_" takes one more "_" in front: names beginning with ":" are
+    the exporter's own (and two names stay two)."""
+    name = text[:MAX_MODEL_NAME].encode("utf-8", "replace").decode("utf-8")
+    return "_" + name if name.lstrip("_").startswith(":") else name
 
 
 def _spawned(msg: str) -> tuple[str, int] | None:

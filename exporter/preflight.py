@@ -14,15 +14,31 @@ from __future__ import annotations
 import contextlib
 import grp
 import os
-import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter import webconfig, webtls
 from exporter.checkpoint import StateLock
-from exporter.config import Config, FileNode, JournalNode, SshNode
+from exporter.config import (
+    ALL_SOURCES,
+    MAX_BYTES,
+    Checker,
+    Config,
+    ConfigError,
+    FileNode,
+    JournalNode,
+    SshNode,
+    Unreadable,
+    decode,
+    document,
+    file_kind,
+    read_text,
+    why_not,
+)
 
 # What the unit (deploy/sm-llm-exporter.service) hands over and makes.
 SERVICE_CREDENTIALS = Path("/run/credentials/sm-llm-exporter.service")
@@ -45,44 +61,64 @@ HIDDEN = {
 }
 
 
+# How a path problem names a path that may be a secret pasted where a path belongs.
+NOT_SHOWN = "the path given"
+NOT_SHOWN_WHY = " (the path is not shown: it may be a secret)"
+STDIN = Path("-")  # check-config's standard input
+STDIN_NAME = "<stdin>"  # ... as its problems name it
+
+
 @dataclass(frozen=True)
 class Named:
-    """A path the config names: its key path, whether it is a directory to read, and whether
-    it must be a regular file (a FIFO there would be read once, or block)."""
+    """A path the config names: its key path, whether it is a directory to read, whether it
+    must be a regular file (a FIFO there would be read once, or block), whether it may be a
+    secret (never shown), and whether the daemon waits for it to appear (a dump)."""
 
     key: str
     path: Path
     directory: bool = False
     regular: bool = True
+    secret: bool = False
+    waited: bool = False
+
+    @property
+    def shown(self) -> str:
+        """The path as a problem names it."""
+        return NOT_SHOWN if self.secret else str(self.path)
 
 
 def named_paths(cfg: Config) -> Iterator[Named]:
     """Every local path the config names, with its key path, but the state directory."""
     for i, n in enumerate(cfg.nodes):
         at = f"nodes[{_index(cfg, n.name, i)}]"
-        if isinstance(n, FileNode):
-            yield Named(f"{at}.path", n.path, regular=False)  # (a FIFO is followed too)
+        if isinstance(n, FileNode):  # (a FIFO is followed too)
+            yield Named(f"{at}.path", n.path, regular=False, waited=True)
         elif isinstance(n, JournalNode):
             if n.directory is not None:
                 yield Named(f"{at}.directory", n.directory, directory=True, regular=False)
             for j, f in enumerate(n.files):
                 yield Named(f"{at}.files[{j}]", f)
         elif isinstance(n, SshNode):
-            if n.verify_host_key and n.known_hosts is not None:
-                yield Named(f"{at}.known_hosts", n.known_hosts)
-            for j, key in enumerate(n.client_keys):
-                yield Named(f"{at}.client_keys[{j}]", key)
-            if n.password_file is not None:
-                yield Named(f"{at}.password_file", n.password_file)
-            if n.passphrase_file is not None:
-                yield Named(f"{at}.passphrase_file", n.passphrase_file)
+            yield from _ssh_paths(n, at)
     for t in cfg.init_timelines:  # (a run directory, or a dump)
         at = f"nodes[{_index(cfg, t.name, 0)}]"
-        yield Named(f"{at}.path", t.path, directory=_is_dir(t.path), regular=False)
+        is_dir = _is_dir(t.path)
+        yield Named(f"{at}.path", t.path, directory=is_dir, regular=False, waited=True)
         if t.dump is not None:
-            yield Named(f"{at}.dump", t.dump)
+            yield Named(f"{at}.dump", t.dump, waited=True)
     if cfg.web_config_file is not None:
         yield Named("web_config_file", cfg.web_config_file)
+
+
+def _ssh_paths(n: SshNode, at: str) -> Iterator[Named]:
+    if n.verify_host_key and n.known_hosts is not None:
+        yield Named(f"{at}.known_hosts", n.known_hosts)
+    for j, key in enumerate(n.client_keys):
+        yield Named(f"{at}.client_keys[{j}]", key, secret=True)
+    if n.password_file is not None:
+        yield Named(f"{at}.password_file", n.password_file, secret=True)
+    if n.passphrase_file is not None:
+        yield Named(f"{at}.passphrase_file", n.passphrase_file, secret=True)
 
 
 def _is_dir(path: Path) -> bool:
@@ -97,75 +133,151 @@ def _index(cfg: Config, name: str, otherwise: int) -> int:
     return cfg.node_order.index(name) if name in cfg.node_order else otherwise
 
 
-def problems(
-    cfg: Config,
-    lines: Mapping[str, int],
-    source: str,
+@dataclass(frozen=True)
+class Checked:
+    """check-config's verdict: every problem (of the config's form, of the paths it names, of
+    its web configs) in one list, the config's in the order of their lines; the warnings; the
+    config as read (None when it cannot be read or is no YAML); a line per valid web config."""
+
+    source: str
+    config: Config | None
+    problems: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    web: tuple[str, ...] = ()
+
+
+def check(
+    path: Path,
+    env: Mapping[str, str] = os.environ,
+    available: frozenset[str] = ALL_SOURCES,
     *,
     as_service: bool = False,
+    web_config: Path | None = None,
     credentials: Path = SERVICE_CREDENTIALS,
-) -> list[str]:
-    """Every path problem, each `SOURCE:LINE: KEY: what`, in the order of their lines."""
-    found: list[tuple[int, str]] = []
+) -> Checked:
+    """The config at `path` (`-`: standard input) read once and checked in one pass: its keys
+    and values, every path it names, its web config (and `web_config`, if given)."""
+    source = STDIN_NAME if path == STDIN else str(path)
+    try:
+        text = _read_stdin() if path == STDIN else read_text(path)
+        data, checker = document(text, source, env, available)
+    except ConfigError as e:
+        return Checked(source, None, tuple(e.problems))
+    cfg = checker.config(data)
+    warnings = _check_paths(cfg, checker, as_service, credentials)
+    problems = checker.problems
+    described = []
+    webs = [web_config] if web_config is not None else []
+    if cfg.web_config_file is not None and not checker.has_problem("web_config_file"):
+        webs.insert(0, cfg.web_config_file)
+    for web_path in dict.fromkeys(webs):
+        try:
+            web = webtls.load(
+                web_path, lambda p: seen_here(p, as_service=as_service, credentials=credentials)
+            )
+        except ConfigError as e:
+            problems.extend(e.problems)
+            continue
+        described.append(f"{web_path}: valid web config: {webconfig.describe(web)}")
+        warnings.extend(webconfig.warnings(web))
+    return Checked(source, cfg, tuple(problems), tuple(warnings), tuple(described))
 
-    def problem(key: str, text: str) -> None:
-        probe = key
-        while probe and probe not in lines:  # (a default: the line of the key around it)
-            shorter = re.sub(r"(\.[^.\[]*|\[\d+\])$", "", probe)
-            probe = shorter if shorter != probe else ""
-        line = lines.get(probe, 0)
-        found.append(
-            (line, f"{source}:{line}: {key}: {text}" if line else f"{source}: {key}: {text}")
-        )
 
+def _read_stdin() -> str:
+    """The config piped in, bounded as a file's is; ConfigError when there is no reading it."""
+    try:
+        raw = sys.stdin.buffer.read(MAX_BYTES + 1)
+    except (AttributeError, ValueError, OSError) as e:  # (none, closed, or failing)
+        why = why_not(e) if isinstance(e, OSError) else "there is no standard input"
+        raise Unreadable(STDIN_NAME, f"{STDIN_NAME}: cannot read: {why}") from None
+    return decode(raw, STDIN_NAME)
+
+
+def _check_paths(cfg: Config, checker: Checker, as_service: bool, credentials: Path) -> list[str]:
+    """Every path problem into `checker` (but at a key that has a problem already: its value is
+    a default); the warnings returned (a dump not there yet: the daemon waits for it)."""
+    warnings: list[str] = []
     for named in named_paths(cfg):
-        why = _unreadable(named, as_service, credentials)
+        if checker.has_problem(named.key):
+            continue
+        why, waited = _unreadable(named, as_service, credentials)
+        if waited:
+            warnings.append(checker.placed(named.key, why)[1])
+        elif why:
+            checker.problem(named.key, why + (NOT_SHOWN_WHY if named.secret else ""))
+    if not checker.has_problem("state_dir"):
+        why = _state_dir_problem(cfg.state_dir, as_service)
         if why:
-            problem(named.key, why)
-    why = _state_dir_problem(cfg.state_dir, as_service)
-    if why:
-        problem("state_dir", why)
-    return [text for _, text in sorted(found, key=lambda p: p[0])]
+            checker.problem("state_dir", why)
+    return warnings
 
 
-def _unreadable(named: Named, as_service: bool, credentials: Path) -> str:
+def _unreadable(named: Named, as_service: bool, credentials: Path) -> tuple[str, bool]:
+    """(Why the path cannot be used, or ""; whether that is a dump the daemon waits for.)"""
     try:
         return _path_problem(named, as_service, credentials)
     except OSError as e:  # (a directory on the way this user cannot enter)
-        return f"{named.path} cannot be checked as this user ({e.strerror or type(e).__name__})"
+        why = e.strerror or type(e).__name__
+        return f"{named.shown} cannot be checked as this user ({why})", False
 
 
-def _path_problem(named: Named, as_service: bool, credentials: Path) -> str:
-    path = named.path
+def _path_problem(named: Named, as_service: bool, credentials: Path) -> tuple[str, bool]:
+    path, shown = named.path, named.shown
     if not path.is_absolute():
-        return f"{path} is relative: give the whole path (the service runs from /)"
+        return f"{shown} is relative: give the whole path (the service runs from /)", False
     # as the service, or from a shell where the service's credentials directory is not there:
     # a credential is the file the unit hands over
     if path.is_relative_to(credentials) and (as_service or not credentials.exists()):
-        given = _credential_source(path.relative_to(credentials))
-        if given is None:
-            kinds = " or ".join(f"{p}FILE for a file of {d}" for p, d in CREDENTIAL_DIRECTORIES)
-            return f"{path} is not a credential the unit hands over ({kinds})"
-        if not os.path.lexists(given):
-            return f"{path} comes from {given}, which does not exist"
-        if not stat.S_ISREG(given.lstat().st_mode):  # (LoadCredential= hands over files only)
-            return f"{path} comes from {given}, which is not a regular file (a symlink?)"
-        return ""  # (systemd reads it as root)
+        return _credential_problem(named, credentials), False
     if as_service:
         hidden = next((why for top, why in HIDDEN.items() if path.is_relative_to(top)), None)
         if hidden is not None:
-            return f"{path} is hidden from the service (the unit's {hidden})"
+            return f"{shown} is hidden from the service (the unit's {hidden})", False
     if not path.exists():
-        return f"{path} does not exist"
+        if named.waited:
+            return f"{shown} does not exist yet: the daemon waits for it", True
+        return f"{shown} does not exist", False
+    return _kind_problem(named, as_service), False
+
+
+def _kind_problem(named: Named, as_service: bool) -> str:
+    """An existing path: of the right kind, and readable (by the service's user)."""
+    path, shown = named.path, named.shown
     if named.directory != path.is_dir():
-        return f"{path} is {'not ' if named.directory else ''}a directory"
+        return f"{shown} is {'not ' if named.directory else ''}a directory"
     if named.regular and not path.is_file():
-        return f"{path} is not a regular file"
+        return f"{shown} is not a regular file ({file_kind(path.stat().st_mode)})"
+    if not named.regular and not named.directory:  # (a dump: a file, or a FIFO to follow)
+        mode = path.stat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            return f"{shown} is {file_kind(mode)}, not a dump file"
     if as_service:
         blocked = _blocked_for_others(path, named.directory)
-        return f"{blocked}: the service's dynamic user cannot read {path}" if blocked else ""
-    mode = os.R_OK | (os.X_OK if named.directory else 0)
-    return "" if os.access(path, mode) else f"{path} is not readable here"
+        if blocked is None:
+            return ""
+        step, mode = blocked
+        if not named.secret:
+            where = str(step)
+        else:
+            where = "it" if step == path.resolve() else "a directory on its way"
+        return f"{where} is mode {mode:04o}: the service's dynamic user cannot read {shown}"
+    wanted = os.R_OK | (os.X_OK if named.directory else 0)
+    return "" if os.access(path, wanted) else f"{shown} is not readable here"
+
+
+def _credential_problem(named: Named, credentials: Path) -> str:
+    """A path under the service's credentials directory: the file the unit hands over."""
+    path, shown = named.path, named.shown
+    given = _credential_source(path.relative_to(credentials))
+    if given is None:
+        kinds = " or ".join(f"{p}FILE for a file of {d}" for p, d in CREDENTIAL_DIRECTORIES)
+        return f"{shown} is not a credential the unit hands over ({kinds})"
+    source = f"a file of {given.parent}" if named.secret else str(given)
+    if not os.path.lexists(given):
+        return f"{shown} comes from {source}, which does not exist"
+    if not stat.S_ISREG(given.lstat().st_mode):  # (LoadCredential= hands over files only)
+        return f"{shown} comes from {source}, which is not a regular file (a symlink?)"
+    return ""  # (systemd reads it as root)
 
 
 def _credential_source(name: Path) -> Path | None:
@@ -188,9 +300,9 @@ def seen_here(
     return path
 
 
-def _blocked_for_others(path: Path, directory: bool) -> str:
+def _blocked_for_others(path: Path, directory: bool) -> tuple[Path, int] | None:
     """The first directory (or the file) a user that is neither owner nor in the group (but
-    for SERVICE_GROUPS) cannot pass through or read; "" when none."""
+    for SERVICE_GROUPS) cannot pass through or read, and its mode; None when none."""
     groups = set()
     for name in SERVICE_GROUPS:
         with contextlib.suppress(KeyError):
@@ -206,8 +318,8 @@ def _blocked_for_others(path: Path, directory: bool) -> str:
             continue
         if st.st_gid in groups and st.st_mode & need_group == need_group:
             continue
-        return f"{step} is mode {stat.S_IMODE(st.st_mode):04o}"
-    return ""
+        return step, stat.S_IMODE(st.st_mode)
+    return None
 
 
 def _state_dir_problem(state_dir: Path, as_service: bool) -> str:
@@ -232,7 +344,7 @@ def _state_dir_check(state_dir: Path, as_service: bool) -> str:
             return f"{state_dir} is not a directory"
         if as_service:
             blocked = _blocked_for_others(state_dir, True)
-            if blocked or not state_dir.stat().st_mode & stat.S_IWOTH:
+            if blocked is not None or not state_dir.stat().st_mode & stat.S_IWOTH:
                 return f"the service's dynamic user cannot write {state_dir}"
             return ""
         try:  # (as the daemon does at start: a file written, fsynced, removed)

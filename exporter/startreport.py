@@ -5,15 +5,19 @@ phase table (`phases.Timeline.table`) under a line saying whose it was and how i
 timeouts vllm-omni's rule suggests over all of them (the longest span times the factor, never
 below its floors), with the `TimeoutStartSec=` they make for the unit. `report --init-timeline`
 prints a vllm-omni timeline's table, its per-stage spans and its suggested timeouts. Both come as
-text or as JSON (the same figures, and each table as text). Pure: the caller reads the inputs.
+text or as JSON (the same figures, and each table as text). A name or role in a table, and a
+skipped record's reason, shows its control characters escaped (`\\x1b`, `\\n`): what a file
+or a journal says cannot break a row or drive the terminal. Pure: the caller reads the inputs.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
+from exporter.logs import escape
 from exporter.phases import (
     DEFAULT_INIT_TIMEOUT_S,
     DEFAULT_STAGE_INIT_TIMEOUT_S,
@@ -37,7 +41,7 @@ def startups_text(startups: Sequence[Startup], factor: float, unit: str) -> str:
     out: list[str] = []
     for s in startups:
         out.append(_headline(s))
-        out.append(s.timeline().table())
+        out.append(table(s.timeline()))
         out.append("")
     if not startups:
         out += ["no llama-server start-up began in the window", ""]
@@ -61,7 +65,7 @@ def startups_json(
                 "seconds": s.seconds,
                 "first_mark": s.marks[0][0] if s.marks else None,
                 "timeline": t.to_dict(),
-                "table": t.table(),
+                "table": table(t),
                 "suggested": t.suggest_timeouts(factor),
             }
         )
@@ -85,7 +89,7 @@ def _headline(s: Startup) -> str:
     line = f"{s.node}: start-up at {iso(s.start_us)}, llama-server PID {s.pid or '?'}, {how}"
     if s.marks and s.marks[0][0] not in _WHOLE:
         line += f" (its first line read was `{s.marks[0][0]}`: earlier ones were not read)"
-    return line
+    return escape(line)
 
 
 def _suggestion(startups: Sequence[Startup], factor: float, unit: str) -> list[str]:
@@ -118,7 +122,7 @@ def _suggestion(startups: Sequence[Startup], factor: float, unit: str) -> list[s
 
 def timeline_text(t: Timeline, factor: float, now: float, skipped: Sequence[str]) -> str:
     """A vllm-omni timeline: its table, its stages' spans, the timeouts; what was skipped."""
-    out = [t.table(now), "", "stage spans:"]
+    out = [table(t, now), "", "stage spans:"]
     for stage, (lo, hi) in sorted(t.stage_spans().items(), key=_stage_order):
         name = "-" if stage is None else str(stage)
         out.append(
@@ -128,14 +132,14 @@ def timeline_text(t: Timeline, factor: float, now: float, skipped: Sequence[str]
     out += ["", f"suggested timeouts (factor {factor:g}): " + _pairs(suggested)]
     if skipped:
         out.append(f"skipped {len(skipped)} malformed record{'s' if len(skipped) != 1 else ''}:")
-        out += [f"  {why}" for why in skipped]
+        out += [f"  {escape(why)}" for why in skipped]
     return "\n".join(out) + "\n"
 
 
 def timeline_json(t: Timeline, factor: float, now: float, skipped: Sequence[str]) -> str:
     doc = {
         **t.to_dict(now),
-        "table": t.table(now),
+        "table": table(t, now),
         "stage_spans": [
             {"stage_id": stage, "start": lo, "end": hi, "span_s": hi - lo}
             for stage, (lo, hi) in sorted(t.stage_spans().items(), key=_stage_order)
@@ -145,6 +149,13 @@ def timeline_json(t: Timeline, factor: float, now: float, skipped: Sequence[str]
         "skipped": list(skipped),
     }
     return json.dumps(doc, indent=2) + "\n"
+
+
+def table(t: Timeline, now: float | None = None) -> str:
+    """`t`'s phase table (`Timeline.table`), its phases' names and roles escaped: each row one
+    line, nothing in it that drives a terminal."""
+    shown = tuple(replace(p, name=escape(p.name), role=escape(p.role)) for p in t.phases)
+    return Timeline(t.t0, t.t_end, shown).table(now)
 
 
 def _stage_order(item: tuple[int | None, tuple[float, float]]) -> tuple[int, int]:

@@ -3,23 +3,31 @@
 `load` reads and checks a web config and the files it names (what `run` and check-config do at
 start); `context` builds the server's SSLContext; `allowed_peer` applies client_allowed_sans;
 `Watched` is what each connection and request asks (exporter-toolkit reads the file again for
-every one): it looks at the file and at the files it names on each call and reads them again
-when any changed. A web config that turns bad is refused as exporter-toolkit refuses it:
-connections and requests fail (closed) until it is good again, and the problem is logged.
+every one): it looks at the file and at the files it names on each call (a stat) and reads them
+again when any changed, in a thread (a read that hangs leaves the version in force serving).
+Every read opens without blocking and refuses what is no regular file (a FIFO, a device). A
+web config that turns bad is refused as exporter-toolkit refuses it: connections and requests
+fail (closed) until it is good again, and the problem is logged.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import ipaddress
+import logging
 import os
 import ssl
+import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.config import ConfigError, read_small_file, read_text
+from exporter.config import ConfigError, printable, read_small_file, read_text
 from exporter.webconfig import CLIENT_AUTH, Tls, WebConfig, parse
+
+log = logging.getLogger(__name__)
 
 
 def load(path: Path, where: Callable[[Path], Path] = lambda p: p) -> WebConfig:
@@ -44,7 +52,7 @@ def context(web: WebConfig) -> ssl.SSLContext | None:
     if tls is None:
         return None
     problems: list[str] = []
-    where = f"{web.path}: tls_server_config"
+    where = f"{printable(str(web.path))}: tls_server_config"
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version, ctx.maximum_version = tls.min_version, tls.max_version
     ctx.set_alpn_protocols(["http/1.1"])
@@ -61,7 +69,8 @@ def context(web: WebConfig) -> ssl.SSLContext | None:
         try:
             pems[name] = _pem(path, inline)
         except OSError as e:
-            problems.append(f"{where}.{name}_file: cannot read {path}: {e.strerror or e}")
+            shown = printable(str(path))
+            problems.append(f"{where}.{name}_file: cannot read {shown}: {e.strerror or e}")
     if len(pems) == 2:
         try:
             _load_chain(ctx, pems["cert"], pems["key"])
@@ -75,9 +84,8 @@ def context(web: WebConfig) -> ssl.SSLContext | None:
             ca = _pem(tls.client_ca_file, tls.client_ca)
         except OSError as e:
             ca = None
-            problems.append(
-                f"{where}.client_ca_file: cannot read {tls.client_ca_file}: {e.strerror or e}"
-            )
+            shown = printable(str(tls.client_ca_file))
+            problems.append(f"{where}.client_ca_file: cannot read {shown}: {e.strerror or e}")
         named = tls.client_ca_file is not None or bool(tls.client_ca)
         key = "client_ca_file" if tls.client_ca_file is not None else "client_ca"
         try:
@@ -145,6 +153,48 @@ def _ip_or(name: str) -> str:
 _SAN_KINDS = {"DNS", "IP Address", "email", "URI"}
 
 
+# How long the connection that finds the web config changed waits for it to be read (in a
+# thread of its own: a file system that hangs the read never hangs the event loop); past that,
+# the version in force serves until the read ends, and nothing waits for it again.
+READ_WAIT_S = 1.0
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A version of the web config as a reading thread found it: parsed (or None), its TLS
+    context built (or None), and the problem that stopped it (or None)."""
+
+    web: WebConfig | None
+    context: ssl.SSLContext | None
+    error: ConfigError | None
+
+
+def _read(path: Path, read: Callable[[Path], str]) -> _Read:
+    try:
+        web = parse(read(path), path)
+    except ConfigError as e:
+        return _Read(None, None, e)
+    try:
+        return _Read(web, context(web), None)
+    except ConfigError as e:
+        return _Read(web, None, e)
+
+
+def _in_a_thread(call: Callable[[], _Read]) -> concurrent.futures.Future[_Read]:
+    """`call` in a daemon thread of its own (one that hangs for good holds neither a pool nor
+    the interpreter's exit), its outcome in the future returned."""
+    future: concurrent.futures.Future[_Read] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as e:  # (handed to whoever looks)
+            future.set_exception(e)
+
+    threading.Thread(target=run, name="smllm-web-config", daemon=True).start()
+    return future
+
+
 class Watched:
     """The web config as the next connection or request is to see it: read again whenever the
     file or one it names changed (by inode, size, mtime or ctime), else the one read last.
@@ -154,58 +204,106 @@ class Watched:
     Watched): TLS or not, basic auth or not. A later version that drops either is refused as a
     bad one (fail closed), never served: a web config caught half-written (empty, so plain HTTP
     and no users) is a moment of refusals, not of open doors. A version is kept only if none of
-    its files changed while it was read; else it is read again next time."""
+    its files changed while it was read; else it is read again next time.
 
-    def __init__(self, path: Path) -> None:
+    The files are read in a thread (only their stat is taken by the caller): `current` waits
+    at most `wait_s` for a read, once; while a read hangs (a hung NFS mount), the version in
+    force stays (the first version: refused until it is read) and no other read starts."""
+
+    def __init__(
+        self,
+        path: Path,
+        wait_s: float = READ_WAIT_S,
+        read: Callable[[Path], str] | None = None,
+    ) -> None:
+        """`read`: how a version's text is read (default: `read_text`, as it is then)."""
         self.path = path
+        self.wait_s, self.read = wait_s, read
         self._signature: tuple[Any, ...] | None = None
         self._files: tuple[Path, ...] = (path,)  # the files of the last version that parsed
         self._loaded: tuple[WebConfig, ssl.SSLContext | None] | None = None
         self._error: ConfigError | None = None
         self.protects: tuple[bool, bool] | None = None  # (TLS, basic auth), from the first
         self.loads = 0  # how many times it was read: a test's view of "re-read"
+        # the read under way, the signature it began at, and whether it was waited for
+        self._reading: tuple[concurrent.futures.Future[_Read], tuple[Any, ...]] | None = None
+        self._waited = False
 
     @property
     def tls(self) -> bool:
         """Is it TLS (as first read)?"""
         return self.protects is not None and self.protects[0]
 
+    @property
+    def reading(self) -> bool:
+        """Is a read under way (one that outlasted its wait: the version in force serves)?"""
+        return self._reading is not None
+
     def current(self) -> tuple[WebConfig, ssl.SSLContext | None]:
-        signature = tuple(_stat(p) for p in self._files)
-        if signature != self._signature:
-            self.loads += 1
-            self._load()
-            after = tuple(_stat(p) for p in self._files)
-            # (changed while it was read, or files it names now: look again next time)
-            self._signature = signature if after == signature else None
+        if self._reading is None:
+            signature = tuple(_stat(p) for p in self._files)
+            if signature != self._signature:
+                self.loads += 1
+                read = self.read or read_text
+                self._reading = (_in_a_thread(lambda: _read(self.path, read)), signature)
+                self._waited = False
+        if self._reading is not None:
+            self._finish(*self._reading)
         if self._error is not None:
             raise self._error
-        assert self._loaded is not None
+        if self._loaded is None:  # (its first read hangs)
+            raise ConfigError(
+                str(self.path),
+                [
+                    printable(
+                        f"{self.path}: not read in {self.wait_s:g} s (a hung file system?): "
+                        "refusing until it is"
+                    )
+                ],
+            )
         return self._loaded
 
-    def _load(self) -> None:
-        try:
-            web = parse(read_text(self.path), self.path)
-        except ConfigError as e:
-            self._loaded, self._error = None, e
+    def _finish(self, reading: concurrent.futures.Future[_Read], began: tuple[Any, ...]) -> None:
+        """Take the read under way once it is done (waiting for it once, at most wait_s)."""
+        if not reading.done():
+            if self._waited:
+                return
+            self._waited = True
+            concurrent.futures.wait([reading], self.wait_s)
+            if not reading.done():
+                log.warning(
+                    "web config %s: not read in %g s (a hung file system?): the version in "
+                    "force stays until it is",
+                    self.path,
+                    self.wait_s,
+                )
+                return
+        self._reading = None
+        self._take(reading.result())
+        after = tuple(_stat(p) for p in self._files)
+        # (changed while it was read, or files it names now: look again next time)
+        self._signature = began if after == began else None
+
+    def _take(self, read: _Read) -> None:
+        web = read.web
+        if web is None:
+            self._loaded, self._error = None, read.error
             return
         self._files = web.files()
         protects = (web.tls is not None, bool(web.users))
         change = _protection_change(self.protects, protects)
         if change:
-            problem = (
+            problem = printable(
                 f"{self.path}: would {change}: that is fixed when the exporter starts or "
                 "reloads (systemctl reload, SIGHUP), never changed under running connections; "
                 "refusing until then"
             )
             self._loaded, self._error = None, ConfigError(str(self.path), [problem])
             return
-        try:
-            loaded = (web, context(web))
-        except ConfigError as e:
-            self._loaded, self._error = None, e
+        if read.error is not None:
+            self._loaded, self._error = None, read.error
             return
-        self._loaded, self._error = loaded, None
+        self._loaded, self._error = (web, read.context), None
         was = self.protects
         self.protects = protects if was is None else (was[0], was[1] or protects[1])
 

@@ -52,7 +52,8 @@ def test_every_bad_value_is_listed_with_its_line(
     )
     code, errors = check(caplog, str(path))
     assert code == 1
-    assert errors[1:] == [
+    # (with them, in one list: the default known_hosts of nodes c and d, where it is not there)
+    assert [e for e in errors[1:] if ".known_hosts: " not in e] == [
         f'{path}:1: listen: must be "HOST:PORT" or ":PORT" with a port 0..65535, '
         "got '${NOPE}:10027'",
         f"{path}:5: nodes[0].host: must be a host name or an IP address, got 'h; touch /x'",
@@ -93,15 +94,18 @@ def test_every_path_a_valid_config_names_is_checked(
     finally:
         subprocess.run(["umount", str(ro)], check=False)
     assert code == 1
-    assert errors[0] == f"{path}: 7 problem(s) with the paths it names:"
+    assert errors[0] == f"{path}: 6 problem(s):"
+    # (the dump not there yet is a warning: the daemon waits for it; a path that may be a
+    # secret pasted there is not shown)
     assert errors[1:] == [
         f"{path}:1: state_dir: state directory {ro} cannot hold checkpoints (Read-only file "
         "system): set state_dir to a writable directory",
-        f"{path}:3: nodes[0].path: {tmp_path}/no-dump.json does not exist",
         f"{path}:4: nodes[1].directory: {tmp_path}/no-journals does not exist",
         f"{path}:8: nodes[2].known_hosts: {tmp_path}/no-known-hosts does not exist",
-        f"{path}:9: nodes[2].client_keys[0]: {tmp_path}/no-key does not exist",
-        f"{path}:10: nodes[2].password_file: {tmp_path}/no-password does not exist",
+        f"{path}:9: nodes[2].client_keys[0]: the path given does not exist (the path is not "
+        "shown: it may be a secret)",
+        f"{path}:10: nodes[2].password_file: the path given does not exist (the path is not "
+        "shown: it may be a secret)",
         f"{path}:11: nodes[3].path: {tmp_path} is a directory",
     ]
 
@@ -175,9 +179,9 @@ def test_as_the_service_credentials_come_from_their_sources_and_files_must_be_re
         "PrivateTmp=yes)",
         f"{path}:8: nodes[3].known_hosts: {creds}/ssh_no-such-known-hosts-here comes from "
         "/etc/sm-llm-exporter/ssh/no-such-known-hosts-here, which does not exist",
-        f"{path}:9: nodes[3].client_keys[0]: {creds}/id_ed25519 is not a credential the unit "
+        f"{path}:9: nodes[3].client_keys[0]: the path given is not a credential the unit "
         "hands over (ssh_FILE for a file of /etc/sm-llm-exporter/ssh or tls_FILE for a file of "
-        "/etc/sm-llm-exporter/tls)",
+        "/etc/sm-llm-exporter/tls) (the path is not shown: it may be a secret)",
     ]
     # the same config checked as this user: the private dump reads (root), the credentials
     # directory does not exist here
@@ -205,7 +209,7 @@ def test_paths_that_are_relative_not_regular_or_hidden_from_the_checker(
     code, errors = as_nobody(["check-config", str(path)])
     assert code == 1, errors
     assert f"{path}:2: nodes[0].path: relative/dump.json is relative: give the whole path" in errors
-    assert f"{path}:3: nodes[1].known_hosts: {fifo} is not a regular file" in errors
+    assert f"{path}:3: nodes[1].known_hosts: {fifo} is not a regular file (a FIFO)" in errors
     assert (
         f"{path}:4: nodes[2].known_hosts: {locked}/kh cannot be checked as this user (Permission denied)"
         in errors

@@ -253,11 +253,17 @@ def test_an_oversized_text_is_one_problem() -> None:
     assert only_problem(text) == f"{SRC}: over {MAX_BYTES:,} characters: not a config"
 
 
-def test_load_reads_no_more_than_the_cap() -> None:
-    """`check-config /dev/zero` ends, with one problem."""
+def test_load_reads_no_more_than_the_cap(tmp_path: Path) -> None:
+    """`check-config /dev/zero` ends, with one problem (it is no regular file); so does a
+    file past the cap."""
     with deadline(DEADLINE_S), pytest.raises(ConfigError) as e:
         load(Path("/dev/zero"))
-    assert e.value.problems == [f"/dev/zero: over {MAX_BYTES:,} bytes: not a config"]
+    assert e.value.problems == ["/dev/zero: cannot read: not a regular file (a character device)"]
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"# a comment\n" * (MAX_BYTES // 10))
+    with deadline(DEADLINE_S), pytest.raises(ConfigError) as e:
+        load(big)
+    assert e.value.problems == [f"{big}: over {MAX_BYTES:,} bytes: not a config"]
 
 
 # -- secrets -----------------------------------------------------------------------------------

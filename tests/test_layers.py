@@ -17,6 +17,7 @@ ROOT = PACKAGE.parent
 LEVELS: list[set[str]] = [
     {"exporter._speedups", "exporter._accounting"},
     {"exporter", "exporter.times", "exporter.logline", "exporter._compiled", "exporter.logs"},
+    {"exporter.clock", "exporter.hup", "exporter.repeats", "exporter.outfile"},
     {"exporter.kinds", "exporter.phases"},
     {"exporter.parse", "exporter.inittimeline"},
     {"exporter.startups"},
@@ -39,6 +40,7 @@ LEVELS: list[set[str]] = [
     {"exporter.daemon"},
     {"exporter.demo"},
     {"exporter.cli"},
+    {"exporter.entry"},
     {"exporter.__main__"},
 ]
 LEVEL = {m: i for i, ms in enumerate(LEVELS) for m in ms}

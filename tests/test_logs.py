@@ -30,7 +30,7 @@ from support.tools import REPO, now_us, wait_for
 EMIT = (
     "import logging; from exporter import logs; logs.setup({level!r}); "
     "log = logging.getLogger('exporter.x'); "
-    "log.debug('d'); log.info('i'); log.warning('w'); log.error('e\\nsecond'); "
+    "log.debug('d'); log.info('i'); log.warning('w'); log.error('e\\nsecond', extra=logs.LINES); "
     "logging.getLogger('asyncssh').info('chatty'); logging.getLogger('asyncssh').warning('loud')"
 )
 

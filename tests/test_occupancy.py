@@ -191,7 +191,7 @@ def test_router_instances_keep_their_own_contexts_and_models() -> None:
     # slot and task ids collide across the instances, and each is its instance's own
     keys = [(iv.slot, iv.task) for iv in intervals(recs)]
     assert len(set(keys)) < len(keys)
-    # an instance that exits is a restart of that instance only
+    # an instance started again is a restart of that instance only
     restarts = [r for r in recs if type(r) is Event and r.kind is EventKind.RESTART]
     assert {r.model for r in restarts} == {"tiny-a", "tiny-b"}
     assert not any(type(r) is Event and r.kind is EventKind.ABORTED for r in recs)
@@ -632,12 +632,14 @@ def test_router_lines_quoted_in_a_huge_request_path_read_in_linear_time() -> Non
         signal.signal(signal.SIGALRM, old)
     assert len(huge) > 1_000_000
     assert not [r for r in recs if type(r) is Event and r.kind is EventKind.PARSE_ERROR]
-    # and the real lines still read: a spawn names its port's model, an exit restarts it
+    # and the real lines still read: a spawn names its port's model, a second spawn of it
+    # restarts it (its exit alone does not)
     recs = p.feed_all(
         lines(
             (10, "srv          load: spawning server instance with name=tiny-a on port 8081"),
             (20, "[ 8081] 0.00.100.000 I srv    load_model: initializing, n_slots = 2, n_ctx = 9"),
             (30, "srv           run: instance name=tiny-a exited with status -9"),
+            (40, "srv          load: spawning server instance with name=tiny-a on port 8082"),
         )
     )
     assert [
@@ -647,6 +649,7 @@ def test_router_lines_quoted_in_a_huge_request_path_read_in_linear_time() -> Non
     ] == [
         (EventKind.SLOTS, 0, ""),
         (EventKind.SLOTS, 2, ""),
+        (EventKind.SLOTS, 0, ""),
         (EventKind.RESTART, None, "tiny-a"),
         (EventKind.SLOTS, 0, ""),
     ]

@@ -178,6 +178,6 @@ def test_a_known_hosts_that_is_a_fifo_is_refused_not_waited_on(node: SshNode, ba
     if not fifo.exists():
         os.mkfifo(fifo)
     assert error_of(replace(node, known_hosts=fifo)) == (
-        f"{who(node)}: known_hosts {fifo}: not a regular file; `sm-llm-exporter known-hosts "
+        f"{who(node)}: known_hosts {fifo}: not a regular file (a FIFO); `sm-llm-exporter known-hosts "
         "a` prints the lines to put there"
     )

@@ -1,11 +1,15 @@
 """Journal dump files: followed like `tail -F` (the daemon), or read over a window (the report).
 
 Both read in large chunks through the line layer (`sources/lines.py`). Following handles
-appends, a partial last line (waited for), truncation (read again from the start), the file
-replaced by a new one (the old one read to its end first) and a file that does not exist yet;
-its position is (device, inode, byte offset after the last whole line read). A FIFO (or any
-file that is not a regular one) is opened and read without blocking: no writer yet, or nothing
-written, is nothing to read, polled again; what a writer sends later is read. Its blocking calls
+appends, a partial last line (waited for), truncation or a rewrite in place (the bytes before
+the read position changed: read again from the start), the file replaced by a new one (the old
+one read to its end first; the file it left, back at the path, goes on from where it was) and a
+file that does not exist yet; its position is (device, inode, byte offset after the last whole
+line read). A FIFO is opened and read without blocking: no writer yet, or nothing written, is
+nothing to read, polled again; what a writer sends later is read. Anything else that is not a
+regular file (a device such as `/dev/zero`, a socket, a directory), the path or the file a
+symlink there leads to, is refused unopened as the node's error, and the path polled until a
+dump is there again. Its blocking calls
 run on a thread of the source's own that the daemon's shutdown never waits for longer than
 CLOSE_WAIT_SECONDS (a read stuck on a hung file system holds nothing up). A window reads
 what an operator hands the report: a plain or gzip dump (told by its magic bytes), `-` for
@@ -16,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import gzip
 import io
 import logging
@@ -41,6 +44,19 @@ BACKLOG_READS = 4  # chunks read at once while a backlog is read
 STDIN = Path("-")
 _GZIP_MAGIC = b"\x1f\x8b"
 CLOSE_WAIT_SECONDS = 0.25  # how long a cancelled source waits for its thread to close the file
+# the bytes before the read position, compared with the file before each read: a rewrite in
+# place (the same inode) that left the file as long or longer changes them; an append does not
+FINGERPRINT = 4096
+LINE_ENDS = (b"\n", b"\0")  # what a saved position follows: a newline, or a NUL (lines.py)
+FOLLOWED = (stat.S_IFREG, stat.S_IFIFO)  # the kinds of file followed (a FIFO as a stream)
+KINDS = {
+    stat.S_IFREG: "a regular file",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
 T = TypeVar("T")
 
 
@@ -60,6 +76,10 @@ class FilePosition:
         except ValueError:
             return None
         return cls(dev, ino, offset) if offset >= 0 else None
+
+    def of(self, st: os.stat_result) -> bool:
+        """Is this a position in the file of `st` (its inode, within its size)?"""
+        return (self.dev, self.ino) == (st.st_dev, st.st_ino) and self.offset <= st.st_size
 
 
 class _Worker:
@@ -135,10 +155,13 @@ class FileSource:
         self._resume = FilePosition.parse(position) if position else None
         self._reader = LineReader(node, since_us=since_us, where=str(path))
         self._file: io.BufferedReader | io.FileIO | None = None
-        self._stream = False  # a FIFO (or another file that is not regular): read, never sought
+        self._stream = False  # a FIFO: read, never sought
         self._dev = self._ino = 0
-        self._said_missing = False
+        self._said = ""  # why the path is not followed, as last said ("" while it is)
         self._said_caught_up = False
+        self._tail = b""  # the FINGERPRINT bytes of the open file before the read position
+        # the file last left for another at the path, where it was left and the bytes before
+        self._left: tuple[FilePosition, bytes] | None = None
         self._backlog = False
         self._lock = threading.Lock()
         self._gap = False  # the saved position could not be resumed: say so in the next batch
@@ -178,16 +201,18 @@ class FileSource:
 
     def step(self) -> Batch | None:
         """Read what is new (blocking file I/O: run it in a thread); None when nothing changed."""
-        if self._file is None and not self._open():
-            if self._said_missing:
-                return None
-            self._said_missing = True
-            log.warning("node %s: %s does not exist yet; waiting for it", self.node, self.path)
-            return Batch(self.node, up=False, error=f"{self.path} does not exist")
+        if self._file is None:
+            why = self._open()
+            if why:
+                return self._not_followed(why)
+        else:
+            self._check_in_place()
         # a backlog (the last read was full) in larger reads: fewer hand-overs to the loop
         size = self.chunk * BACKLOG_READS if self._backlog else self.chunk
         data = self._read(size)
         self._backlog = len(data) >= self.chunk
+        if data and not self._stream:
+            self._tail = (self._tail + data[-FINGERPRINT:])[-FINGERPRINT:]
         if not data:
             return self._at_end()
         chunk = self._reader.feed(data)
@@ -204,6 +229,38 @@ class FileSource:
         except BlockingIOError:  # a writer, but nothing written yet
             return b""
 
+    def _not_followed(self, why: str) -> Batch | None:
+        """The path holds no file to follow: said once (until it changes), then polled."""
+        if why == self._said:
+            return None
+        self._said = why
+        log.warning("node %s: %s; waiting for a dump file there", self.node, why)
+        return Batch(self.node, up=False, error=why)
+
+    def _check_in_place(self) -> None:
+        """Truncated or rewritten in place since the last read (the bytes before the read
+        position are not the ones read): read again from the start, as a new file."""
+        assert self._file is not None
+        if self._stream or not self._tail:
+            return
+        at = self._file.tell()
+        if self._pread(len(self._tail), at - len(self._tail)) == self._tail:
+            return
+        shorter = os.fstat(self._file.fileno()).st_size < at
+        self._restart("was truncated" if shorter else "was rewritten in place")
+
+    def _restart(self, what: str) -> None:
+        assert self._file is not None
+        log.warning("node %s: %s %s; reading it again from the start", self.node, self.path, what)
+        self._file.seek(0)
+        self._reader = LineReader(self.node, since_us=self.since_us, where=str(self.path))
+        self._said_caught_up = False
+        self._tail = b""
+
+    def _pread(self, size: int, offset: int) -> bytes:
+        assert self._file is not None
+        return os.pread(self._file.fileno(), size, offset) if offset >= 0 else b""
+
     def _batch(self, chunk: Chunk, caught_up: bool) -> Batch:
         position = str(FilePosition(self._dev, self._ino, self._reader.offset))
         return chunk.batch(self.node, position=position, caught_up=caught_up, gap=self._take_gap())
@@ -212,56 +269,100 @@ class FileSource:
         gap, self._gap = self._gap, False
         return gap
 
-    def _open(self) -> bool:
-        # O_NONBLOCK: opening a FIFO no writer has opened would block until one does
+    def _open(self) -> str:
+        """Open the dump at the path: "" when it is followed, else why not (said as the node's
+        error). Anything but a regular file or a FIFO is refused unopened (opening a device
+        may do something: a tape rewinds, a watchdog starts)."""
         try:
+            why = self._refused(os.stat(self.path))  # (through a symlink: what it leads to)
+            if why:
+                return why
+            # O_NONBLOCK: opening a FIFO no writer has opened would block until one does
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
-            return False
+            return f"{self.path} does not exist"
         try:
             st = os.fstat(fd)
-            if stat.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(self.path))
-            self._stream = not stat.S_ISREG(st.st_mode)
-            if not self._stream:
+            why = self._refused(st)  # (replaced since the stat)
+            self._stream = stat.S_ISFIFO(st.st_mode)
+            if not why and not self._stream:
                 os.set_blocking(fd, True)
         except BaseException:
             os.close(fd)
             raise
+        if why:
+            os.close(fd)
+            return why
         f: io.BufferedReader | io.FileIO = (
             io.FileIO(fd, "rb") if self._stream else os.fdopen(fd, "rb")
         )
         self._file, self._dev, self._ino = f, st.st_dev, st.st_ino
+        self._said = ""
+        self._said_caught_up = False
+        self._start(st)
+        return ""
+
+    def _refused(self, st: os.stat_result) -> str:
+        """Why a file of `st` is not followed ("" when it is)."""
+        kind = stat.S_IFMT(st.st_mode)
+        if kind in FOLLOWED:
+            return ""
+        what = KINDS.get(kind, f"a file of mode {st.st_mode:o}")
+        via = f" (a symlink to {os.path.realpath(self.path)})" if self.path.is_symlink() else ""
+        return f"{self.path}{via} is {what}, not a dump file: not read"
+
+    def _start(self, st: os.stat_result) -> None:
+        """Where to read the file just opened: where it was left (the same file back at the
+        path), at the saved position, or from its start."""
         self._reader = LineReader(self.node, since_us=self.since_us, where=str(self.path))
-        self._said_missing = self._said_caught_up = False
-        resume = self._resume
-        self._resume = None
+        self._tail = b""
+        resume, self._resume = self._resume, None
+        left, self._left = self._left, None
         if self._stream:
             # what a FIFO held was taken by the reads before: follow it from where it is
             log.info("node %s: following %s (a FIFO: no position to resume)", self.node, self.path)
-        elif (
-            resume is not None
-            and (resume.dev, resume.ino) == (st.st_dev, st.st_ino)
-            and resume.offset <= st.st_size
-        ):
-            self._reader = LineReader(
-                self.node, since_us=self.since_us, where=str(self.path), first_line=None
+        elif left is not None and left[0].of(st) and self._before(left[0].offset) == left[1]:
+            self._go_on(left[0].offset)
+            log.info(
+                "node %s: %s is the file it followed before, again: going on from byte %d",
+                self.node,
+                self.path,
+                left[0].offset,
             )
-            self._reader.offset = resume.offset
-            f.seek(resume.offset)
+        elif resume is not None and resume.of(st) and self._ends_a_line(resume.offset):
+            self._go_on(resume.offset)
             log.info("node %s: following %s from byte %d", self.node, self.path, resume.offset)
         elif resume is not None:
             self._gap = True
             log.warning(
-                "node %s: %s is not the file of the saved position (replaced or "
-                "truncated while the exporter was down): reading it from its start; "
+                "node %s: %s is not the file of the saved position (replaced, truncated or "
+                "rewritten while the exporter was down): reading it from its start; "
                 "what the old file held after that position is lost",
                 self.node,
                 self.path,
             )
         else:
             log.info("node %s: following %s from its start", self.node, self.path)
-        return True
+
+    def _go_on(self, offset: int) -> None:
+        """Read the open file from `offset`, after a whole line."""
+        assert self._file is not None
+        self._reader = LineReader(
+            self.node, since_us=self.since_us, where=str(self.path), first_line=None
+        )
+        self._reader.offset = offset
+        self._file.seek(offset)
+        self._tail = self._before(offset)
+
+    def _before(self, offset: int) -> bytes:
+        """The FINGERPRINT bytes of the open file before `offset`."""
+        start = max(0, offset - FINGERPRINT)
+        return self._pread(offset - start, start)
+
+    def _ends_a_line(self, offset: int) -> bool:
+        """Does a line end just before `offset` (as before every saved position)? A file
+        rewritten in place to as long or longer seldom has one there."""
+        return offset == 0 or self._pread(1, offset - 1) in LINE_ENDS
 
     def _is_at_end(self) -> bool:
         assert self._file is not None
@@ -275,17 +376,15 @@ class FileSource:
         except FileNotFoundError:
             return None  # moved away and not yet replaced: keep what we have
         if (st.st_dev, st.st_ino) != (self._dev, self._ino):
-            log.info("node %s: %s was replaced; reading the new file", self.node, self.path)
+            log.info("node %s: %s was replaced; reading what is there now", self.node, self.path)
+            if not self._stream:  # (should it come back, it goes on from here)
+                at = self._reader.offset
+                self._left = FilePosition(self._dev, self._ino, at), self._before(at)
             self._file.close()
             self._file = None
             return self.step()
         if not self._stream and st.st_size < self._file.tell():
-            log.warning(
-                "node %s: %s was truncated; reading it again from the start", self.node, self.path
-            )
-            self._file.seek(0)
-            self._reader = LineReader(self.node, since_us=self.since_us, where=str(self.path))
-            self._said_caught_up = False
+            self._restart("was truncated")
             return self.step()
         if self._said_caught_up:
             return None
@@ -326,12 +425,13 @@ def _open_dump(node: str, path: Path) -> BinaryIO:
         raw: BinaryIO = sys.stdin.buffer
     else:
         try:
+            kind = stat.S_IFMT(path.stat().st_mode)
+            if kind not in FOLLOWED:  # (a device is never opened: /dev/zero reads without end)
+                what = KINDS.get(kind, "no dump file")
+                raise SourceError(f"node {node}: {path} is {what}, not a dump file: not read")
             raw = path.open("rb")
         except OSError as e:
             raise SourceError(f"node {node}: cannot read {path}: {e.strerror or e}") from None
-        if path.is_dir():
-            raw.close()
-            raise SourceError(f"node {node}: {path} is a directory")
     buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(Any, raw))
     try:
         magic = buffered.peek(2)[:2]

@@ -2,7 +2,11 @@
 
 Every source that reads text (dump files, `journalctl` over SSH, the report's inputs) hands its
 bytes to one `LineReader`, which
-- frames them into lines, carrying a partial last line to the next call;
+- frames them into lines, carrying a partial last line to the next call; a NUL byte ends a
+  line too (a run of them is what a power cut leaves where data was never written): the text
+  after a run is a line of its own, read as any other, and the part of a line cut short before
+  it is a line as well (a parse error if it holds a keyword); the NULs themselves are no entry,
+  and no line of `FILE:LINE`, which counts newlines only;
 - finds the lines that hold a parser keyword (`KEYWORDS`), skipping the rest unread (compiled:
   one Wu-Manber pass, with the plain short-iso-precise and usual JSON shapes decoded there too);
 - decodes the others with `entries.EntryDecoder`; a keyword line that is neither format is a
@@ -30,6 +34,8 @@ MAX_LINE = 1 << 20
 KEYWORDS = (*PARSER_KEYWORDS, b'"MESSAGE":[', b'"MESSAGE": [', b'"MESSAGE" : [')
 _LONGEST = max(map(len, KEYWORDS))
 _ERRORS_KEPT = 100  # error texts kept per chunk (all are counted)
+NUL = b"\0"
+NEWLINE = b"\n"
 
 
 def find_lines(data: bytes) -> list[bytes]:
@@ -153,10 +159,18 @@ class LineReader:
     def feed(self, data: bytes) -> Chunk:
         """The next bytes of the stream."""
         chunk = Chunk()
+        # `data` as it is framed (each NUL a line end), `raw` as it came: the same length, and
+        # the same object when there is no NUL (the usual case: a single memchr pass to know)
+        raw = data
+        if NUL in data:
+            data = data.replace(NUL, NEWLINE)
         if self._skipping:
-            data = self._skip(data, chunk)
+            at = self._skip(data, raw, chunk)
             if self._skipping:
                 return chunk
+            same = raw is data
+            data = data[at:]
+            raw = data if same else raw[at:]
         cut = data.rfind(b"\n") + 1
         if not cut:
             self._partial += data
@@ -166,10 +180,12 @@ class LineReader:
         start = 0
         if self._partial:  # the line begun before: on its own, so the rest is never copied
             start = data.find(b"\n") + 1
-            head, self._partial = self._partial + data[:start], b""
-            self._decode(head, 0, len(head), chunk)
+            head = self._partial + data[:start]
+            raw_head = head if raw is data else self._partial + raw[:start]
+            self._partial = b""
+            self._decode(head, 0, len(head), chunk, raw_head)
         if start < cut:
-            self._decode(data, start, cut, chunk)
+            self._decode(data, start, cut, chunk, raw)
         self._partial = data[cut:]
         if len(self._partial) > self.max_line:
             self._start_skip(chunk)
@@ -179,16 +195,19 @@ class LineReader:
         """The end of the stream: its last line, if no newline ended it."""
         chunk = Chunk()
         if self._skipping:
-            self._skip(b"\n", chunk)
+            self._skip(NEWLINE, NEWLINE, chunk)
         elif self._partial:
             whole, self._partial = self._partial + b"\n", b""
-            self._decode(whole, 0, len(whole), chunk)
+            self._decode(whole, 0, len(whole), chunk, whole)
         return chunk
 
-    def _decode(self, data: bytes, start: int, end: int, chunk: Chunk) -> None:
-        """The whole lines data[start:end] (read without copying them)."""
+    def _decode(self, data: bytes, start: int, end: int, chunk: Chunk, raw: bytes) -> None:
+        """The whole lines data[start:end] (read without copying them); `raw`: the same bytes
+        before NULs became line ends (`data` itself when there were none)."""
         view = data if start == 0 and end == len(data) else memoryview(data)[start:end]
         items, entries, n_raw = _scan(view, self.node, self.since_us, self.max_line)
+        if raw is not data:  # entries and line numbers count newlines, not NULs
+            entries = raw.count(NEWLINE, start, end)
         if not n_raw:  # all decoded already (compiled, on the usual shapes)
             if items:
                 chunk.parts.append(items)  # type: ignore[arg-type]
@@ -196,6 +215,7 @@ class LineReader:
             lines: list[LogLine] = []
             chunk.parts.append(lines)
             whole = bytes(view)  # (only where some line is left to decode here: rare)
+            lines_of = whole if raw is data else raw[start:end]
             since_us, decode = self.since_us, self.decoder.decode
             self._found = 0  # where in `whole` the error search goes on
             for item in items:
@@ -205,12 +225,12 @@ class LineReader:
                 assert isinstance(item, bytes)
                 if len(item) > self.max_line:
                     why = f"a line of {len(item):,} bytes, longer than {self.max_line:,}: skipped"
-                    self._error(chunk, whole, item, why)
+                    self._error(chunk, (whole, lines_of), item, why)
                     continue
                 try:
                     line = decode(item)
                 except EntryError as e:  # holds a keyword but is no journal line: it counts
-                    self._error(chunk, whole, item, f"{e}: {item[:200]!r}")
+                    self._error(chunk, (whole, lines_of), item, f"{e}: {item[:200]!r}")
                     continue
                 if line is not None and line.time_us >= since_us:
                     lines.append(line)
@@ -238,14 +258,16 @@ class LineReader:
                     return
             end = first
 
-    def _error(self, chunk: Chunk, whole: bytes, raw: bytes, why: str) -> None:
+    def _error(self, chunk: Chunk, region: tuple[bytes, bytes], line: bytes, why: str) -> None:
+        """`line`, found in `region` (the bytes decoded, framed and as they came), is `why`."""
         if len(chunk.errors) >= _ERRORS_KEPT:
             chunk.errors.append(f"{self.where}: {why[:60]}")
             return
-        at = whole.find(raw, self._found)  # (the items come in order)
+        whole, lines_of = region
+        at = whole.find(line, self._found)  # (the items come in order)
         if at >= 0:
-            self._found = at + len(raw)
-        into = whole.count(b"\n", 0, at) if at >= 0 else 0
+            self._found = at + len(line)
+        into = lines_of.count(NEWLINE, 0, at) if at >= 0 else 0
         chunk.errors.append(f"{self._place(into)}: {why}")
 
     def _place(self, lines_into: int) -> str:
@@ -263,8 +285,9 @@ class LineReader:
         self._skipped_tail = partial[-_LONGEST:]
         self._skip_bytes = len(partial)
 
-    def _skip(self, data: bytes, chunk: Chunk) -> bytes:
-        """Bytes of a line too long to keep: look for its end (and for a keyword in it)."""
+    def _skip(self, data: bytes, raw: bytes, chunk: Chunk) -> int:
+        """Bytes of a line too long to keep (`raw` as they came): look for its end (and for a
+        keyword in it); how many of them it took."""
         nl = data.find(b"\n")
         part = data if nl < 0 else data[:nl]
         if not self._skipped_keyword:
@@ -272,12 +295,13 @@ class LineReader:
         self._skip_bytes += len(part)
         if nl < 0:
             self._skipped_tail = (self._skipped_tail + part)[-_LONGEST:]
-            return b""
+            return len(data)
         if self._skipped_keyword:
             why = f"a line of {self._skip_bytes:,} bytes, longer than {self.max_line:,}: skipped"
             chunk.errors.append(f"{self._place(0)}: {why}")
-        chunk.entries += 1
+        newline = raw[nl] != NUL[0]  # (ended by a NUL: the line goes on after it)
+        chunk.entries += newline
         self.offset += self._skip_bytes + 1
-        self.lineno += 1
+        self.lineno += newline
         self._skipping, self._skipped_tail = False, b""
-        return data[nl + 1 :]
+        return nl + 1

@@ -7,7 +7,9 @@ argument of the remote command is quoted. What the node's journalctl supports (`
 read (`--after-cursor`), or from `since` on a first start; the source counts as caught up once it
 has read the entry that was newest, under the same filters, when the stream started (at once
 when that entry is older than `since` on a first start: it will never come). The remote
-journalctl is stopped by closing its channel (root sessions refuse signals).
+journalctl is stopped by closing its channel (root sessions refuse signals). What the node
+says on standard error (and a peer's disconnect reason) comes into a message on one line, its
+control characters escaped.
 
 The follow stream is gathered, not read packet by packet: a node's journalctl writes each entry
 as it comes, so a request's lines arrive in several packets. They collect in the SSH session (a
@@ -33,6 +35,7 @@ import asyncssh
 
 from exporter.config import SshNode, read_small_file
 from exporter.logline import Batch
+from exporter.logs import escape
 from exporter.parse import KEYWORDS
 from exporter.sources.base import SourceError
 from exporter.sources.entries import EntryDecoder, EntryError, cursor_time_us
@@ -45,6 +48,7 @@ GATHER_S = 0.25  # a follow stream's output collects this long before it is hand
 GATHER_MAX = 1 << 18  # bytes collected before the channel stops reading (the node then waits)
 TAIL_KEPT = 4096  # bytes of a partial line kept to find the newest entry's cursor in
 STDERR_KEPT = 4096  # bytes of the remote journalctl's stderr kept for the error message
+SAID_CHARS = 300  # characters of what a remote command said that an error message shows
 COMMAND_TIMEOUT_S = 60  # a probe or `-n 1` that hangs this long fails the connection
 FIELDS = "MESSAGE,_PID,__REALTIME_TIMESTAMP,__CURSOR"
 # The parser's keywords as one PCRE2 alternation, for journalctl --grep.
@@ -231,7 +235,8 @@ def journalctl(node: SshNode, *args: str, features: Features | None = None) -> s
 def remote_error(*outputs: object) -> str:
     """What a failed remote command said (its standard error, else its output: nologin writes
     `This account is currently not available.` there), in one line, without sshd's `Could not
-    chdir to home directory` notice."""
+    chdir to home directory` notice, its control characters escaped (`\\x1b`): the node's
+    words cannot break the line or drive a terminal."""
     for out in outputs:
         text = out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out or "")
         lines = [
@@ -240,7 +245,7 @@ def remote_error(*outputs: object) -> str:
             if line.strip() and not line.startswith("Could not chdir to home directory")
         ]
         if lines:
-            return "; ".join(lines)[:300]
+            return escape("; ".join(lines)[:SAID_CHARS])
     return "it printed nothing"
 
 
@@ -258,7 +263,12 @@ async def check_remote(conn: asyncssh.SSHClientConnection, node: SshNode) -> Non
 
 
 def explain(node: SshNode, e: BaseException) -> str:
-    """An SSH failure in words, naming the node and never a secret."""
+    """An SSH failure in words, naming the node and never a secret, escaped (a disconnect's
+    reason is the peer's)."""
+    return escape(_explained(node, e))
+
+
+def _explained(node: SshNode, e: BaseException) -> str:
     where = f"ssh {node.user}@{node.host}:{node.port}"
     if isinstance(e, asyncssh.HostKeyNotVerifiable):
         return (
@@ -374,7 +384,7 @@ class SshSource:
         if r.exit_status != 0:
             raise SourceError(
                 f"node {self.node.name}: journalctl failed "
-                f"({r.exit_status}): {_text(r.stderr).strip()[:300]}"
+                f"({r.exit_status}): {remote_error(r.stderr)}"
             )
         stdout = r.stdout if isinstance(r.stdout, bytes) else b""
         decoder = EntryDecoder(self.node.name)
@@ -431,10 +441,9 @@ class SshSource:
                     follow.hand_over()
                     if follow.held is None and follow.error is None:
                         break
-            stderr = _text(follow.stderr).strip()
             raise SourceError(
                 f"node {self.node.name}: remote journalctl ended "
-                f"({chan.get_exit_status()}): {stderr[:300] or 'no message'}"
+                f"({chan.get_exit_status()}): {remote_error(follow.stderr)}"
             )
         finally:
             follow.stop()
@@ -626,21 +635,15 @@ def _entry_cursor(node: str, raw: bytes) -> str:
     return "" if line is None else line.cursor
 
 
-def _text(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value or "")
-
-
 async def host_key(name: str, host: str, port: int) -> list[str]:
     """known_hosts lines for a node, fetched without trusting it, with the SHA256 fingerprint as
     a comment for the operator to check."""
     try:
         key = await asyncssh.get_server_host_key(host, port)
     except (asyncssh.Error, OSError) as e:
+        why = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
         raise SourceError(
-            f"node {name}: {host}:{port}: cannot fetch its host key: "
-            f"{getattr(e, 'reason', None) or getattr(e, 'strerror', None) or e}"
+            f"node {name}: {host}:{port}: cannot fetch its host key: {escape(str(why))}"
         ) from None
     if key is None:
         return [f"# {name}: {host}:{port} offered no host key"]
@@ -696,5 +699,5 @@ async def window(
     if status.exit_status != 0:
         raise SourceError(
             f"{who(node)}: remote journalctl failed ({status.exit_status}): "
-            f"{_text(status.stderr).strip()[:300]}"
+            f"{remote_error(status.stderr)}"
         )
