@@ -20,6 +20,7 @@ from exporter import (
     __version__,
     backfill,
     config,
+    hup,
     inittimeline,
     logs,
     outfile,
@@ -331,8 +332,13 @@ def _relative_times(argv: Sequence[str]) -> list[str]:
     return out
 
 
+DAEMONS = ("run", "demo")  # the commands that take SIGHUP up as a reload
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(_relative_times(sys.argv[1:] if argv is None else argv))
+    if args.command not in DAEMONS and argv is None:  # (a hang-up ends a command run by hand)
+        hup.release()
     logs.setup(args.log_level)
     if args.command == "report":
         return _report(args)
@@ -567,7 +573,8 @@ def _run(path: Path, listen: tuple[str, int] | None = None, web_config: Path | N
         log.info("%s", line)
     try:
         asyncio.run(daemon.Daemon(cfg, reloader=reloader).run_until_signalled())
-    except OSError as e:  # the port taken, the state directory not writable: no traceback
+    except (OSError, config.ConfigError) as e:  # the port taken, the state directory not
+        # writable, the web config not read in time (a hung mount): one line, no traceback
         log.error("cannot run: %s", e)
         return 1
     return 0

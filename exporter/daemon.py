@@ -275,7 +275,10 @@ class Daemon:
             self._started.add(node.name)
             began = loop.time()
             try:
-                source = self.source_factory(node, *self._start_of(node))
+                resumes = await _off_loop(
+                    functools.partial(sources.resumes, node, self.positions[node.name])
+                )
+                source = self.source_factory(node, *self._start_of(node, resumes=resumes))
                 if not first:
                     await queue.put(Batch(node.name, up=False, reconnected=True))
                 first = False
@@ -299,26 +302,32 @@ class Daemon:
             await asyncio.gather(asyncio.sleep(delay * self._rng.uniform(0.8, 1.2)), applied.wait())
             delay = min(delay * 2, RETRY_MAX_S)
 
-    def _start_of(self, node: NodeConfig) -> tuple[int, str]:
-        """Where `node`'s source starts: (since, position). A position of another kind of
-        source (the node moved from a dump to its journal, say) means nothing to it, and
-        `since` would read again what was counted: it starts after the newest journal time read
-        instead (the same entries, read anew, are not counted twice)."""
+    def _start_of(self, node: NodeConfig, *, resumes: bool = True) -> tuple[int, str]:
+        """Where `node`'s source starts: (since, position). A node already read whose source
+        cannot resume from its position (`resumes` False: a dump moved or replaced while the
+        exporter was down; a position of another kind of source: the node moved from a dump to
+        its journal, say) starts after the newest journal time it read: `since` would read
+        again what was counted, and the same entries, read anew, must not count twice. (A
+        position that resumes keeps `since`: the lines after it may be stamped a little before
+        the newest read.)"""
         name = node.name
         self._running_kind[name] = node.source
         position, was = self.positions[name], self._position_kind.get(name, node.source)
-        if not position or was == node.source:
-            return self.node_since[name], position
-        newest = self.acc.nodes[name].newest_us
-        log.info(
-            "node %s: its source is now of kind %s, its saved position of kind %s: read from "
-            "after %s, the journal time read up to",
-            name,
-            node.source,
-            was,
-            iso(newest),
-        )
-        return newest + 1, ""
+        since = self.node_since[name]
+        if not position:
+            return since, position
+        after = max(since, self.acc.nodes[name].newest_us + 1)
+        if was != node.source:
+            log.info(
+                "node %s: its source is now of kind %s, its saved position of kind %s: read "
+                "from after %s, the journal time read up to",
+                name,
+                node.source,
+                was,
+                iso(after - 1),
+            )
+            return after, ""
+        return (since, position) if resumes else (after, position)
 
     def _start_timelines(self) -> None:
         """A task watching each init-timeline node's files (those running stop first)."""
@@ -561,11 +570,9 @@ class Daemon:
                 log.error("reload refused, the config in force stays: %s", e, extra=lines)
                 return
             self._take_reload(new, queue, tg)
-        finally:
-            if self._ready():
-                self.notifier.reloaded(self.status())
-            else:
-                self.notifier.status(self.status())
+        finally:  # (READY=1 even while a node it added has not started: it is running)
+            self.notifier.reloaded(self.status())
+            self.notifier.status(self.status())
 
     def _take_reload(self, new: Config, queue: asyncio.Queue[Batch], tg: asyncio.TaskGroup) -> None:
         """Take up the config read anew (see `_reload`)."""
@@ -679,7 +686,7 @@ class Daemon:
                 server = self._server(host, port)
                 try:
                     self.address = await server.start()
-                except OSError as e:
+                except (OSError, ConfigError) as e:  # (taken; a web config not read in time)
                     log.error("reload: cannot serve on %s:%d: %s", host, port, e)
                     continue
                 self.server = server
@@ -910,3 +917,30 @@ class Daemon:
             self.config.since,
             f" (the file is kept as {aside})" if aside else "",
         )
+
+
+async def _off_loop(call: Callable[[], bool]) -> bool:
+    """`call()` in a daemon thread of its own (a stat on a hung mount holds up neither the loop
+    nor the process's exit), awaited."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[bool] = loop.create_future()
+
+    def settle(value: bool | None, error: BaseException | None) -> None:
+        if done.done():  # (cancelled meanwhile)
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(bool(value))
+
+    def run() -> None:
+        value, error = None, None
+        try:
+            value = call()
+        except Exception as e:  # (handed to the awaiting task)
+            error = e
+        with suppress(RuntimeError):  # (the loop closed meanwhile: nobody waits)
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, name="smllm-resumes", daemon=True).start()
+    return await done

@@ -7,6 +7,7 @@ the daemon takes up what arrived (`take`) once its own handler is in place.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -36,3 +37,11 @@ def ignore() -> None:
     the main thread's, elsewhere nothing is done."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def release() -> None:
+    """SIGHUP's default action again (for a command that is no daemon: a hang-up ends it), with
+    any SIGHUP caught meanwhile delivered now."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if take():
+        os.kill(os.getpid(), signal.SIGHUP)

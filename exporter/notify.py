@@ -29,6 +29,7 @@ class Notifier:
         self.watchdog_every = int(watchdog_usec) / 2e6 if watchdog_usec.isdigit() else None
         self._last_watchdog = float("-inf")
         self._ready = False
+        self._reloading = False  # RELOADING=1 sent, its READY=1 not yet
         if self.enabled and _sd is None:
             log.warning(
                 "systemd asked for notifications (NOTIFY_SOCKET) but systemd-python is "
@@ -58,12 +59,20 @@ class Notifier:
             self._send("WATCHDOG=1")
 
     def reloading(self) -> None:
-        """A reload has begun (SIGHUP); `reloaded` when it is done, taken up or refused."""
+        """A reload has begun (SIGHUP); `reloaded` when it is done, taken up or refused. Before
+        the first READY=1 a reload is part of the start: systemd hears of neither."""
+        if not self._ready:
+            return
+        self._reloading = True
         usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         self._send(f"RELOADING=1\nMONOTONIC_USEC={usec}\nSTATUS=reloading the config")
 
     def reloaded(self, status: str) -> None:
-        self._send(f"READY=1\nSTATUS={status}")
+        """The reload is done: every RELOADING=1 is followed by its READY=1 (systemd holds the
+        unit in `reloading`, and queues every later reload, until it comes)."""
+        if self._reloading:
+            self._reloading = False
+            self._send(f"READY=1\nSTATUS={status}")
 
     def stopping(self) -> None:
         self._send("STOPPING=1\nSTATUS=stopping: writing the last checkpoint")

@@ -36,8 +36,9 @@ class Repeats:
         last one."""
         now = self.clock()
         window = self._windows.get(node)
-        if window is None or now - window.since_s >= self.every_s:
-            self._summary(node)
+        if window is not None and now - window.since_s >= self.every_s:
+            window = self._next(node, now)
+        if window is None:  # (quiet for a minute: this one is news)
             self._windows[node] = _Window(now)
             log.info("node %s: %s", node, words)
             return
@@ -49,19 +50,22 @@ class Repeats:
         now = self.clock()
         for node, window in list(self._windows.items()):
             if every or now - window.since_s >= self.every_s:
-                self._summary(node)
-                if window.counts:  # (the next summary is a minute on, at the earliest)
-                    self._windows[node] = _Window(now)
-                else:
-                    del self._windows[node]
+                self._next(node, now)
+
+    def _next(self, node: str, now: float) -> _Window | None:
+        """The node's window is over: its summary logged; a new window while events came (the
+        next summary a minute on, at the earliest), else none."""
+        window = self._windows.pop(node)
+        if not window.counts:
+            return None
+        self._summary(node, window)
+        self._windows[node] = _Window(now)
+        return self._windows[node]
 
     def forget(self, node: str) -> None:
         self._windows.pop(node, None)
 
-    def _summary(self, node: str) -> None:
-        window = self._windows.get(node)
-        if window is None or not window.counts:
-            return
+    def _summary(self, node: str, window: _Window) -> None:
         parts = [
             f"{n} {what}" + (f" (the last: {window.last[what]})" if window.last[what] else "")
             for what, n in window.counts.items()
@@ -72,4 +76,3 @@ class Repeats:
             self.clock() - window.since_s,
             "; ".join(parts),
         )
-        window.counts.clear()

@@ -22,11 +22,12 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from exporter.config import ConfigError, printable, read_small_file, read_text
 from exporter.webconfig import CLIENT_AUTH, Tls, WebConfig, parse
 
+_T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
 
@@ -180,10 +181,10 @@ def _read(path: Path, read: Callable[[Path], str]) -> _Read:
         return _Read(web, None, e)
 
 
-def _in_a_thread(call: Callable[[], _Read]) -> concurrent.futures.Future[_Read]:
+def _in_a_thread(call: Callable[[], _T]) -> concurrent.futures.Future[_T]:
     """`call` in a daemon thread of its own (one that hangs for good holds neither a pool nor
     the interpreter's exit), its outcome in the future returned."""
-    future: concurrent.futures.Future[_Read] = concurrent.futures.Future()
+    future: concurrent.futures.Future[_T] = concurrent.futures.Future()
 
     def run() -> None:
         try:
@@ -226,8 +227,12 @@ class Watched:
         self.protects: tuple[bool, bool] | None = None  # (TLS, basic auth), from the first
         self.loads = 0  # how many times it was read: a test's view of "re-read"
         # the read under way, the signature it began at, and whether it was waited for
-        self._reading: tuple[concurrent.futures.Future[_Read], tuple[Any, ...]] | None = None
+        self._reading: (
+            tuple[concurrent.futures.Future[tuple[_Read, tuple[Any, ...]]], tuple[Any, ...]] | None
+        ) = None
         self._waited = False
+        self._stating: concurrent.futures.Future[tuple[Any, ...]] | None = None  # (a stat)
+        self._stat_waited = False
 
     @property
     def tls(self) -> bool:
@@ -241,11 +246,14 @@ class Watched:
 
     def current(self) -> tuple[WebConfig, ssl.SSLContext | None]:
         if self._reading is None:
-            signature = tuple(_stat(p) for p in self._files)
-            if signature != self._signature:
+            signature = self._signature_now()
+            if signature is not None and signature != self._signature:
                 self.loads += 1
-                read = self.read or read_text
-                self._reading = (_in_a_thread(lambda: _read(self.path, read)), signature)
+                read, files = self.read or read_text, self._files
+                self._reading = (
+                    _in_a_thread(lambda: _read_then_stat(self.path, read, files)),
+                    signature,
+                )
                 self._waited = False
         if self._reading is not None:
             self._finish(*self._reading)
@@ -263,7 +271,35 @@ class Watched:
             )
         return self._loaded
 
-    def _finish(self, reading: concurrent.futures.Future[_Read], began: tuple[Any, ...]) -> None:
+    def _signature_now(self) -> tuple[Any, ...] | None:
+        """The files' stat, taken in a thread: a hung mount holds up no caller (waited for
+        once, at most wait_s); None while it hangs (the version in force serves)."""
+        stating = self._stating
+        if stating is None:
+            files = self._files
+            stating = self._stating = _in_a_thread(lambda: _signature(files))
+            self._stat_waited = False
+        if not stating.done():
+            if self._stat_waited:
+                return None
+            self._stat_waited = True
+            concurrent.futures.wait([stating], self.wait_s)
+            if not stating.done():
+                log.warning(
+                    "web config %s: its files not looked at in %g s (a hung file system?): "
+                    "the version in force stays until they are",
+                    self.path,
+                    self.wait_s,
+                )
+                return None
+        self._stating = None
+        return stating.result()
+
+    def _finish(
+        self,
+        reading: concurrent.futures.Future[tuple[_Read, tuple[Any, ...]]],
+        began: tuple[Any, ...],
+    ) -> None:
         """Take the read under way once it is done (waiting for it once, at most wait_s)."""
         if not reading.done():
             if self._waited:
@@ -279,8 +315,8 @@ class Watched:
                 )
                 return
         self._reading = None
-        self._take(reading.result())
-        after = tuple(_stat(p) for p in self._files)
+        read, after = reading.result()
+        self._take(read)
         # (changed while it was read, or files it names now: look again next time)
         self._signature = began if after == began else None
 
@@ -318,7 +354,23 @@ def _protection_change(was: tuple[bool, bool] | None, now: tuple[bool, bool]) ->
     return "turn basic auth off" if was[1] and not now[1] else ""
 
 
-def _stat(path: Path) -> tuple[int, ...]:
+def _signature(files: tuple[Path, ...]) -> tuple[Any, ...]:
+    """What tells a change of `files` (their stat: blocking file I/O, for a worker thread)."""
+    return tuple(stat_key(p) for p in files)
+
+
+def _read_then_stat(
+    path: Path, read: Callable[[Path], str], files: tuple[Path, ...]
+) -> tuple[_Read, tuple[Any, ...]]:
+    """The web config at `path` read, and the signature of its files after (of those it names
+    now, when it parsed): a change while it was read is looked at again next time."""
+    got = _read(path, read)
+    return got, _signature(got.web.files() if got.web is not None else files)
+
+
+def stat_key(path: Path) -> tuple[int, ...]:
+    """What tells a change of the file at `path`: its inode, size, mtime and ctime (or the
+    error that stat met)."""
     try:
         st = path.stat()
     except OSError as e:

@@ -184,6 +184,28 @@ def test_a_dump_node_moved_to_its_journal_is_not_counted_twice_on_reload(tmp_pat
         d.stop()
 
 
+@pytest.mark.slow
+def test_a_dump_moved_to_another_path_is_not_counted_twice_on_restart(tmp_path: Path) -> None:
+    """The same kind, another file: its saved position (another inode) cannot be used, and the
+    node reads the new file from after the journal time it had read, not from `since`."""
+    dump, _, later = dump_and_journal(tmp_path)
+    moved = tmp_path / "moved.log"
+    settings = {"nodes": file_nodes({NODE: dump}), "since": "-10m"}
+    with DaemonProcess(tmp_path / "d", settings) as d:
+        d.start()
+        assert requests_of(wait_for(lambda: counted(d, 3), DEADLINE_S, "3 requests")) == 3
+        d.stop()
+        shutil.copyfile(dump, moved)
+        assert d.settings is not None
+        d.settings["nodes"] = file_nodes({NODE: moved})
+        d.start()
+        with moved.open("a") as f:  # (once it is served, 4 requests: not 3 + 3 + 1)
+            f.writelines(short_iso(NODE, ln) + "\n" for ln in request_lines(3, later))
+        m = wait_for(lambda: counted(d, 4), DEADLINE_S, "the fourth request")
+        assert requests_of(m) == 4, d.log_text()[-3000:]
+        d.stop()
+
+
 # -- 3. a misspelt unit ----------------------------------------------------------------------------
 
 
@@ -306,6 +328,36 @@ def test_a_sighup_right_after_exec_is_taken_up_not_fatal(
         wait_for(lambda: "reload: the config is unchanged" in d.log_text(), DEADLINE_S, "reload")
         log = d.stop()
     assert "a SIGHUP came while starting" in log
+
+
+@pytest.mark.slow
+def test_a_command_that_is_no_daemon_still_ends_on_a_hang_up(tmp_path: Path) -> None:
+    """SIGHUP is caught from the first moment for the daemon's sake only: a `report` run by hand
+    still ends when its terminal hangs up (here, waiting on a FIFO no one writes to)."""
+    fifo = tmp_path / "node0.log"
+    os.mkfifo(fifo)
+    script = str(Path(sys.executable).parent / "sm-llm-exporter")
+    window = ["--since", "2026-01-01T00:00:00Z", "--until", "2026-01-01T01:00:00Z"]
+    proc = subprocess.Popen(
+        [script, "report", *window, "--input", f"node0={fifo}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        writer = -1
+        while writer < 0:  # (until the report has opened the FIFO: it reads, past its start)
+            assert proc.poll() is None and time.monotonic() < deadline
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # (ENXIO: no reader yet)
+                time.sleep(0.01)
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=DEADLINE_S) == -signal.SIGHUP
+        os.close(writer)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 # -- 6. a config read that hangs -------------------------------------------------------------------

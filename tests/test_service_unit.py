@@ -121,6 +121,22 @@ def test_the_documentation_is_where_the_unit_points(installed_root: Path) -> Non
         assert copy.read_bytes() == (REPO / path.relative_to(INSTALLED)).read_bytes(), url
 
 
+def test_the_install_makes_every_configuration_directory_as_root(installed_root: Path) -> None:
+    """A `ConfigurationDirectory=` the install leaves out is made by systemd at the first start,
+    owned by the service's dynamic user: a folder meant for root-only secrets (ssh/, tls/, the
+    sources of `LoadCredential=`) would belong to a uid no one holds once the service stops."""
+    wanted = unit_value("ConfigurationDirectory").split()
+    sources = [
+        line.split(":", 1)[1]
+        for line in re.findall(r"^LoadCredential=(.*)$", UNIT.read_text(), re.MULTILINE)
+    ]
+    assert {f"/etc/{d}" for d in wanted} >= set(sources)  # (every credential's folder is one)
+    for directory in wanted:
+        made = installed_root / "etc" / directory
+        assert made.is_dir(), f"/etc/{directory}: not made by the install steps of {GUIDE}"
+        assert made.stat().st_uid == 0 and made.stat().st_mode & 0o022 == 0, directory
+
+
 def test_verify_on_this_bare_host_names_only_the_program_not_installed() -> None:
     """`systemd-analyze verify deploy/sm-llm-exporter.service` before the install: its one
     complaint is ExecStart's program (deploy/README.md says so)."""

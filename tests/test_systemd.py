@@ -13,6 +13,7 @@ only, its temporary journals removed when it stops (SIGINT, SIGTERM), a `--dir` 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import select
@@ -352,6 +353,33 @@ def test_ready_watchdog_status_and_stopping(tmp_path: Path, notify_socket: Notif
     for node, path in dumps.items():
         st = path.stat()
         assert checkpoint["positions"][node] == f"{st.st_dev}:{st.st_ino}:{st.st_size}"
+
+
+def test_every_reloading_is_followed_by_ready_a_node_added_too(
+    tmp_path: Path, notify_socket: NotifySocket
+) -> None:
+    """systemd holds the unit in `reloading` (and queues every later reload) until READY=1
+    follows RELOADING=1: a reload that adds a node, whose source starts after the reload is
+    taken, closes with READY=1 like any other; and so does the next one, and a refused one."""
+    dumps = {n: tmp_path / f"{n}.log" for n in NODES}
+    for n, p in dumps.items():
+        write_dump(p, n, START, 60)
+    with daemon_process(tmp_path, dumps, notify_socket) as d:
+        notify_socket.wait_for(lambda n: n.has("READY=1"), 20, "READY=1")
+        assert d.settings is not None and d.proc is not None
+        added = tmp_path / "added.log"
+        write_dump(added, "added", START, 60)
+        for nodes in ({**dumps, "added": added}, {**dumps, "added": added, "more": added}):
+            settings = {**d.settings, "nodes": file_nodes(nodes), "listen": f"127.0.0.1:{d.port}"}
+            d.config.write_text(json.dumps(settings))
+            d.proc.send_signal(signal.SIGHUP)
+            notify_socket.wait_for(lambda n: n.has("RELOADING=1"), 20, "RELOADING=1")
+            notify_socket.wait_for(lambda n: n.has("READY=1"), 20, "READY=1 after RELOADING=1")
+        d.config.write_text("nodes: [")  # (refused: the config in force stays)
+        d.proc.send_signal(signal.SIGHUP)
+        notify_socket.wait_for(lambda n: n.has("RELOADING=1"), 20, "RELOADING=1")
+        notify_socket.wait_for(lambda n: n.has("READY=1"), 20, "READY=1 after a refused reload")
+        stop(d, notify_socket)
 
 
 def test_watchdog_keeps_coming_on_a_quiet_night(

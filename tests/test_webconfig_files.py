@@ -101,6 +101,42 @@ def test_a_read_that_hangs_leaves_the_version_in_force_serving(
     assert f"web config {path}: not read in {wait} s (a hung file system?)" in caplog.text
 
 
+def test_a_stat_that_hangs_leaves_the_version_in_force_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a hung mount the stat itself hangs, before any read: it is taken in a thread too,
+    waited for once, and the version in force serves meanwhile (a stand-in for the hung mount,
+    as above: the files are real and looked at for real once the gate opens)."""
+    path = tmp_path / "web.yml"
+    write(path, NOSNIFF)
+    opened, waiting = threading.Event(), threading.Event()
+    opened.set()
+    real = webtls.stat_key
+
+    def stat(p: Path) -> tuple[int, ...]:
+        if not opened.is_set():
+            waiting.set()
+            opened.wait()
+        return real(p)
+
+    monkeypatch.setattr(webtls, "stat_key", stat)
+    try:
+        with Served(path) as s, caplog.at_level(logging.WARNING, "exporter.webtls"):
+            assert s.get()[1]["X-Content-Type-Options"] == "nosniff"
+            opened.clear()
+            write(path, DENY)
+            with deadline(DEADLINE_S):
+                for _ in range(3):  # the first waits for the stat a moment; none hangs
+                    status, headers, _ = s.get()
+                    assert status == 200 and headers["X-Content-Type-Options"] == "nosniff"
+            assert waiting.is_set()
+            opened.set()
+            wait_for(lambda: "X-Frame-Options" in s.get()[1], 10, "the new version served")
+    finally:
+        opened.set()
+    assert f"web config {path}: its files not looked at in" in caplog.text
+
+
 def test_a_first_read_that_hangs_refuses_until_it_is_read(tmp_path: Path, gate: Gate) -> None:
     """A reload's new web config: what it protects is not known before it is read, so
     nothing is served (open) meanwhile."""

@@ -25,6 +25,7 @@ __all__ = [
     "follow",
     "host_keys",
     "read_windows",
+    "resumes",
     "window",
 ]
 
@@ -64,6 +65,21 @@ def follow(node: NodeConfig, since_us: int, position: str) -> Source:
         directory=node.directory,
         files=node.files,
     )
+
+
+def resumes(node: NodeConfig, position: str) -> bool:
+    """Can `node`'s source go on from `position` (saved by a source of its kind)? A dump's is
+    a place in one file (its inode, within its size); the journal's and SSH's go on from
+    their cursor's time whatever became of it. Blocking (a stat): call it off the loop."""
+    if not position or not isinstance(node, FileNode):
+        return True
+    from exporter.sources.file import FilePosition
+
+    saved = FilePosition.parse(position)
+    try:
+        return saved is not None and saved.of(node.path.stat())
+    except OSError:  # (not there yet: read from its start once it is)
+        return False
 
 
 def window(

@@ -211,14 +211,26 @@ class FileSource:
         size = self.chunk * BACKLOG_READS if self._backlog else self.chunk
         data = self._read(size)
         self._backlog = len(data) >= self.chunk
+        at_end = self._stream or self._is_at_end()
+        if data[-1:] == b"\0" and not self._stream and at_end:
+            data = self._held_back(data)
         if data and not self._stream:
             self._tail = (self._tail + data[-FINGERPRINT:])[-FINGERPRINT:]
         if not data:
             return self._at_end()
         chunk = self._reader.feed(data)
         # a FIFO is read to its end when a read did not fill the buffer: it has no size
-        self._said_caught_up = len(data) < size if self._stream else self._is_at_end()
+        self._said_caught_up = len(data) < size if self._stream else at_end
         return self._batch(chunk, self._said_caught_up)
+
+    def _held_back(self, data: bytes) -> bytes:
+        """`data` but the NULs that end the file: not read yet (a gap its writer has yet to
+        fill, on NFS or by a writer that reserves its space; or a power cut's, read once
+        something follows them), so the bytes that fill it are read where they land."""
+        assert self._file is not None
+        kept = data.rstrip(b"\0")
+        self._file.seek(len(kept) - len(data), os.SEEK_CUR)
+        return kept
 
     def _read(self, size: int) -> bytes:
         assert self._file is not None
