@@ -7,7 +7,7 @@ BASE   := $(VENV)/.base
 # Debian packages the tests start for real (chromium: the status page and the HTML report in a
 # headless browser), and the C compiler for exporter/_speedups.c; apt-installed when missing
 # and run as root.
-DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev chromium faketime
+DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev python3-venv chromium faketime systemd-container
 
 .PHONY: all venv deps test lint typecheck pytest run bench clean
 
