@@ -3,9 +3,9 @@
 No clock and no I/O: whoever drives it passes `now_us`. All times are integer microseconds.
 Per-request counters count when the request's timing line arrives. The timeline figures (each
 node's busy seconds, seconds with exactly k nodes busy, seconds per mix of kinds) are final up
-to the watermark (DESIGN §4) and are swept exactly, segment by segment, from the intervals that
-reach past it; the part of an interval behind the watermark when it arrives is late and counted
-apart.
+to the watermark (docs/design.md, "The watermark") and are swept exactly, segment by
+segment, from the intervals that reach past it; the part of an interval behind the watermark
+when it arrives is late and counted apart.
 
 The two hot paths, `add_all` (every request brings an interval and, on servers that log launch
 lines, a STARTED event) and the sweep of `advance_to`, run compiled (exporter/_accounting.c)

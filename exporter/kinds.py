@@ -1,4 +1,4 @@
-"""Kinds of request: ordered token rules, first match wins (DESIGN §3)."""
+"""Kinds of request: ordered token rules, first match wins (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -977,7 +977,7 @@ def tokenize(msg: str) -> Token | None:
         return None
     if kind in ("total", "component"):
         slot, task = _ids(msg)
-        if task is not None and task < 0:  # `task -1` lines are not requests (DESIGN §2)
+        if task is not None and task < 0:  # `task -1` lines are not requests (docs/design.md)
             return (OTHER, None, None, None, None)
     if kind == "total":
         m = _TOTAL.search(msg)

@@ -1,4 +1,4 @@
-"""The checkpoint (DESIGN §4): the state file itself, the accounting state round trip, config
+"""The checkpoint (docs/design.md): the state file itself, the accounting state round trip, config
 changes across restarts, and the daemon resuming, refusing bad files and riding out a full or
 read-only disk (a real tmpfs) while serving only checkpointed values."""
 

@@ -1,6 +1,6 @@
 """Crash safety: the daemon killed with SIGKILL at any moment and started again loses nothing,
-counts nothing twice and never serves a counter lower than before (DESIGN §4, "Counters survive
-restarts").
+counts nothing twice and never serves a counter lower than before (docs/design.md,
+"Checkpoints").
 
 The daemon runs as a real subprocess (`python -m exporter run --config FILE`) over real dump files
 and is killed with a real SIGKILL. Lines appended while it runs carry the time they are written

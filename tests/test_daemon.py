@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 START = 1_790_000_000 * SECOND  # the dumps' window: two hours, long past
 END = START + 7200 * SECOND
 
-DESIGN_METRICS = [
+METRICS_TABLE = [
     "smllm_requests_total",
     "smllm_request_seconds_total",
     "smllm_tokens_total",
@@ -140,7 +140,7 @@ def test_every_metric_served_and_promtool_clean(dumps: dict[str, Path], tmp_path
         samples = wait_for(lambda: caught_up(d, dumps), 20, "every line read")
         text = d.metrics()
     names = {name for name, _ in samples}
-    missing = [m for m in DESIGN_METRICS if m not in names]
+    missing = [m for m in METRICS_TABLE if m not in names]
     assert not missing
     # the README's metric table names every family served, and serves every row it has (but
     # those it says are absent until seen)

@@ -43,7 +43,7 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 # The filter on the exporter's target labels every query carries (the rules keep them).
 TARGET = 'job=~"$job", instance=~"$instance"'
 SEVERITIES = {"info", "warning", "critical"}
-# Metrics without a node label (DESIGN §4); every other smllm_ metric is per node.
+# Metrics without a node label (README, "Metrics"); every other smllm_ metric is per node.
 CLUSTER_METRICS = {
     "smllm_nodes_busy",
     "smllm_concurrency_seconds_total",
