@@ -39,22 +39,13 @@ from exporter.sources.lines import MAX_LINE, Chunk, LineReader
 from exporter.times import SECOND, iso
 
 from support.daemon_process import DaemonProcess, file_nodes
+from support.dumps import LAUNCH, RELEASE, T0, TOTAL, short
 from support.scrape import answer, sample, total
 from support.tools import REPO, deadline, wait_for
 
-T0 = 1_790_062_375 * SECOND  # 2026-09-22T07:32:55Z
 KINDS = Kinds(DEFAULT_RULES)
 ZERO = Path("/dev/zero")
 STEPS = 8  # steps a source gets to say what it does (a bound, not a wait)
-LAUNCH = "slot launch_slot_: id  {s} | task {t} | processing task, is_child = 0"
-TOTAL = "slot print_timing: id  {s} | task {t} |       total time =    {ms:.2f} ms /   {n} tokens"
-RELEASE = "slot      release: id  {s} | task {t} | stop processing: n_tokens = {n}, truncated = 0"
-
-
-def short(t_us: int, msg: str, pid: int = 4242) -> bytes:
-    whole, frac = divmod(t_us, SECOND)
-    stamp = iso(whole * SECOND).replace("+00:00", f".{frac:06d}+0000")
-    return f"{stamp} node0 sm-llm[{pid}]: {msg}".encode()
 
 
 def as_json(t_us: int, msg: str) -> bytes:

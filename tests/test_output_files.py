@@ -22,6 +22,7 @@ from exporter.checkpoint import NAME as CHECKPOINT_NAME
 from exporter.checkpoint import Checkpoint, StateLock
 
 from conftest import Cli
+from support import tools
 from support.daemon_process import DaemonProcess, file_nodes
 from support.outputs import WINDOW, Ran, cli, kind_of, node_dump, temporaries
 
@@ -39,7 +40,7 @@ FORMATS = {
 
 def root_only() -> None:
     if os.geteuid() != 0:
-        pytest.skip("device nodes and other users' files need root (make test runs as root)")
+        tools.missing("root: device nodes and other users' files need it (make test runs as root)")
 
 
 def one_error(ran: Ran, path: Path) -> str:

@@ -11,7 +11,19 @@ from exporter import report, sources
 from exporter.config import FileNode, NodeConfig
 from exporter.kinds import Kinds
 from exporter.logline import Batch, LogLine
-from exporter.times import MAX_TIME_US, SECOND
+from exporter.times import MAX_TIME_US, SECOND, iso
+
+# short-iso-precise request lines of node0, as a real era D llama-server logs them
+T0 = 1_790_062_375 * SECOND  # 2026-09-22T07:32:55Z
+LAUNCH = "slot launch_slot_: id  {s} | task {t} | processing task, is_child = 0"
+TOTAL = "slot print_timing: id  {s} | task {t} |       total time =    {ms:.2f} ms /   {n} tokens"
+RELEASE = "slot      release: id  {s} | task {t} | stop processing: n_tokens = {n}, truncated = 0"
+
+
+def short(t_us: int, msg: str, pid: int = 4242) -> bytes:
+    whole, frac = divmod(t_us, SECOND)
+    stamp = iso(whole * SECOND).replace("+00:00", f".{frac:06d}+0000")
+    return f"{stamp} node0 sm-llm[{pid}]: {msg}".encode()
 
 
 def window_batches(node: NodeConfig, since_us: int, until_us: int) -> list[Batch]:
