@@ -5,11 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BASE   := $(VENV)/.base
 # Debian packages the tests start for real (chromium: the status page and the HTML report in a
-# headless browser), and the C compiler for exporter/_speedups.c; apt-installed when missing
+# headless browser), and the C compiler for exporter/compiled/_speedups.c; apt-installed when missing
 # and run as root.
 DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev python3-venv chromium faketime systemd-container
 
-.PHONY: all venv deps test lint typecheck pytest run bench clean
+.PHONY: all venv deps test unit lint typecheck pytest run bench clean
 
 all: test
 
@@ -27,7 +27,7 @@ deps:
 	fi
 
 # The compiled fast paths are built here when a C compiler is present (pure Python otherwise).
-$(BASE): pyproject.toml setup.py exporter/_speedups.c exporter/_accounting.c
+$(BASE): pyproject.toml setup.py exporter/compiled/_speedups.c exporter/compiled/_accounting.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .
@@ -47,15 +47,20 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy exporter tests bench
 
-# The suite, then the parser, line-layer and reader tests once more on the pure-Python
-# references (the one switch, SMLLM_PURE_PYTHON=1), so they are proven by the suite too.
-PURE_TESTS ?= tests/test_parse.py tests/test_entries.py tests/test_lines.py tests/test_fuzz.py \
-	tests/test_file_source_hostile.py \
-	tests/test_file_source.py tests/test_accounting.py tests/test_daemon.py
+# The suite (coverage printed at the end), then the parser, line-layer and reader tests once more
+# on the pure-Python references (the one switch, SMLLM_PURE_PYTHON=1), so they are proven too.
+PURE_TESTS ?= tests/unit/parse tests/unit/sources tests/unit/accounting \
+	tests/integration/test_lines.py tests/integration/test_file_source.py \
+	tests/integration/test_daemon.py tests/hostile/test_parse_fuzz.py \
+	tests/hostile/test_file_source_hostile.py
 
 pytest: venv
-	$(BIN)/pytest
+	$(BIN)/pytest --cov=exporter --cov-report=term:skip-covered
 	SMLLM_PURE_PYTHON=1 $(BIN)/pytest -q $(PURE_TESTS)
+
+# The unit tests alone (no process, no network), fewer random cases each: under a minute.
+unit: venv
+	SMLLM_QUICK=1 $(BIN)/pytest -q -m unit -n 2
 
 test: lint typecheck pytest
 

@@ -1,4 +1,4 @@
-"""Builds the optional C fast paths (exporter/_speedups.c, exporter/_accounting.c); everything
+"""Builds the optional C fast paths (exporter/compiled/_speedups.c, exporter/compiled/_accounting.c); everything
 else is in pyproject.toml.
 
 `optional=True`: without a C compiler the install still succeeds, and the pure-Python code that
@@ -13,7 +13,7 @@ FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 setup(
     ext_modules=[
         Extension(
-            f"exporter.{name}", [f"exporter/{name}.c"], extra_compile_args=FLAGS, optional=True
+            f"exporter.compiled.{name}", [f"exporter/compiled/{name}.c"], extra_compile_args=FLAGS, optional=True
         )
         for name in ("_speedups", "_accounting")
     ]

@@ -8,7 +8,7 @@
 - `run_process`: a command timed from its start to its exit, output captured.
 - `ratio_table`: rows of seconds, rates and the ratio to a baseline measured in the same run,
   with a PASS or FAIL where a row has a goal.
-- `tuned_gc`: the garbage collector as the service runs it (`exporter.pipeline.tune_gc`).
+- `tuned_gc`: the garbage collector as the service runs it (`exporter.ingest.step.tune_gc`).
 - `profile`: cProfile of a callable, the top functions by own and by cumulative time.
 - `arguments`: the command line every benchmark takes (its size, `--repeat`, `--random-seed`).
 - `journal_remote`: journal export format into journal files, by systemd-journal-remote.
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TextIO, TypeVar
 
-from exporter.pipeline import tune_gc
+from exporter.ingest.step import tune_gc
 
 T = TypeVar("T")
 JOURNAL_REMOTE = Path("/lib/systemd/systemd-journal-remote")  # Debian's systemd-journal-remote

@@ -92,12 +92,12 @@ from _common import (
     verdict,
 )
 
-from exporter.accounting import SECOND, Accounting
-from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.parse import KEYWORDS, Parser
-from exporter.pipeline import apply_batch
+from exporter.accounting.accounting import SECOND, Accounting
+from exporter.base.kinds import DEFAULT_RULES, Kinds
+from exporter.base.times import iso
+from exporter.ingest.step import apply_batch
+from exporter.parse.parser import KEYWORDS, Parser
 from exporter.sources.file import FileSource
-from exporter.times import iso
 
 from support.tools import free_port
 

@@ -66,8 +66,8 @@ from _common import (
 )
 from systemd import journal
 
-from exporter.demo import DemoLine, node_lines
-from exporter.parse import KEYWORDS
+from exporter.commands.demo import DemoLine, node_lines
+from exporter.parse.parser import KEYWORDS
 from exporter.sources.journal import JournalSource
 
 NODE = "node0"

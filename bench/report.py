@@ -43,10 +43,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from exporter import report
-from exporter.accounting import SECOND, Accounting, Snapshot
-from exporter.kinds import Kinds, split_rules
-from exporter.logline import Interval
+from exporter.accounting.accounting import SECOND, Accounting, Snapshot
+from exporter.base.kinds import Kinds, split_rules
+from exporter.base.records import Interval
+from exporter.report import window as report
 
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # support/, shared
 from support.dumps import report_of_dumps

@@ -79,8 +79,8 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # sup
 from _common import JOURNAL_REMOTE, installed, machine, run_process, verdict
 from ingest import NODE, PID, Entry, real_workload, write_dump, write_journal
 
-from exporter.accounting import SECOND
-from exporter.times import iso
+from exporter.accounting.accounting import SECOND
+from exporter.base.times import iso
 
 from support.daemon_process import DaemonProcess, file_nodes
 from support.scrape import Samples, Scrape, scrape, total

@@ -16,26 +16,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from exporter import (
-    __version__,
-    backfill,
-    config,
-    hup,
-    inittimeline,
-    logs,
-    outfile,
-    preflight,
-    report,
-    sources,
-    startreport,
-    webconfig,
-    webtls,
-)
-from exporter.kinds import Kinds, split_rules
-from exporter.logline import Batch
-from exporter.phases import DEFAULT_FACTOR
-from exporter.pipeline import tune_gc
-from exporter.times import SECOND, iso, since_us
+from exporter import __version__
+from exporter.base import logs, outfile
+from exporter.base.kinds import Kinds, split_rules
+from exporter.base.records import Batch
+from exporter.base.times import SECOND, iso, since_us
+from exporter.commands import preflight
+from exporter.config import config
+from exporter.daemon import hup
+from exporter.ingest.step import tune_gc
+from exporter.report import openmetrics as backfill
+from exporter.report import window as report
+from exporter.sources import registry as sources
+from exporter.startup import tables as startreport
+from exporter.startup import vllm as inittimeline
+from exporter.startup.phases import DEFAULT_FACTOR
+from exporter.web import tls as webtls
+from exporter.web import webconfig
 
 log = logging.getLogger(__name__)
 
@@ -361,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _demo(given: Path | None, listen: tuple[str, int]) -> int:
-    from exporter import demo  # (the daemon, for the demo only)
+    from exporter.commands import demo  # (the daemon, for the demo only
 
     with demo.demo_directory(given) as directory:
         try:
@@ -566,7 +563,7 @@ def _run(path: Path, listen: tuple[str, int] | None = None, web_config: Path | N
         new = config.load(path, os.environ, available=sources.AVAILABLE)
         return _with_options(new, listen, web_config)
 
-    from exporter import daemon  # (the report and the checks need none of it)
+    from exporter.daemon import daemon  # (the report and the checks need none of it
 
     log.info("sm-llm-exporter %s starting with %s", __version__, path)
     for line in config.describe(cfg):
@@ -707,7 +704,7 @@ def _report(args: argparse.Namespace) -> int:
         else:
             text = startreport.startups_text(r.startups, args.factor, cfg.unit)
     elif args.format == "html":
-        from exporter import pages  # (the text and JSON need none of it)
+        from exporter.web import pages  # (the text and JSON need none of it
 
         text = pages.report_html(r)
     else:

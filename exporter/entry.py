@@ -2,12 +2,12 @@
 
 Importing the rest of the exporter takes a while (asyncssh, prometheus_client, the config's
 YAML); SIGHUP's default action would end a process reloaded in that time (systemd's
-`ExecReload`, logrotate): it is caught first, and the daemon takes it up (`exporter.hup`).
+`ExecReload`, logrotate): it is caught first, and the daemon takes it up (`exporter.daemon.hup`).
 """
 
 from __future__ import annotations
 
-from exporter import hup
+from exporter.daemon import hup
 
 
 def main() -> int:

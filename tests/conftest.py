@@ -1,35 +1,22 @@
-"""The shared test helpers live in tests/support/ (the package `support`: pytest puts tests/ on
-the import path, and the benches put it there too); the generic ones are handed on from here to
-the test modules that import them from conftest."""
+"""Fixtures for every test; the shared helpers live in tests/support/ (the package `support`)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from exporter.cli import main
 
-from support.scrape import Samples, http_get, parse_metrics, sample
-from support.tools import IN_CI, deadline, free_port, require_tool, wait_for
+from support.certs import Authority, Pair
+from support.cli import Cli
+from support.startups import Done
+from support.tools import deadline
 from support.vllm_timeline import require_seed
 
-__all__ = [
-    "IN_CI",
-    "Cli",
-    "Samples",
-    "free_port",
-    "http_get",
-    "parse_metrics",
-    "require_tool",
-    "sample",
-    "wait_for",
-]
-
-
 CLI_DEADLINE_S = 10.0  # (a hang becomes a failure)
-Cli = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
@@ -60,3 +47,29 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
         return code, out, err
 
     return run
+
+
+@pytest.fixture
+def report(cli: Cli) -> Callable[..., Done]:
+    """`report` on the command line, in-process: Done(exit code, stdout, stderr)."""
+    return lambda *args: Done(*cli("report", *args))
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Iterator[tuple[Authority, Pair]]:
+    """A certificate authority in tmp_path and a server pair it signed."""
+    ca = Authority(tmp_path / "pki")
+    yield ca, ca.server()
+
+
+STAGES = ("unit", "integration", "e2e", "hostile")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test is marked by the folder it is in: unit, integration, e2e or hostile."""
+    for item in items:
+        parts = item.path.parts
+        for stage in STAGES:
+            if stage in parts:
+                item.add_marker(getattr(pytest.mark, stage))
+                break

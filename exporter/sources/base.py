@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
-from exporter.logline import Batch
+from exporter.base.records import Batch
 
 # (node, entries read, journal time reached): what a report shows while an SSH node streams
 Progress = Callable[[str, int, int | None], None]

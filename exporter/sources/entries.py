@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import re
 
-from exporter.logline import LogLine
-from exporter.times import MAX_TIME_US, fits, parse_time_us
+from exporter.base.records import LogLine
+from exporter.base.times import MAX_TIME_US, fits, parse_time_us
 
 # `2026-09-22T07:31:04.127792+0000 host sm-llm[1234]: message` (the offset may be `+00:00`)
 _SHORT = re.compile(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar, cast
 
-from exporter.logline import Batch
+from exporter.base.records import Batch
 from exporter.sources.base import SourceError
 from exporter.sources.lines import Chunk, LineReader
 
@@ -178,7 +178,7 @@ class FileSource:
         finally:
             # a step cancelled while its thread still reads: the file is closed once that read
             # returns; the daemon's shutdown waits for it a moment at most
-            if not await worker.finish(self._close, CLOSE_WAIT_SECONDS):
+            if not await worker.finish(self.close, CLOSE_WAIT_SECONDS):
                 log.warning(
                     "node %s: a read of %s is still stuck; it is closed once the read returns",
                     self.node,
@@ -194,7 +194,8 @@ class FileSource:
         with self._lock:
             return self.step()
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Close the file followed, if one is open (blocking: run it in a thread)."""
         with self._lock:
             if self._file is not None:
                 self._file.close()

@@ -19,12 +19,12 @@ from typing import TypeVar
 
 from systemd import journal
 
-from exporter.config import JournalNode
-from exporter.logline import Batch, LogLine
-from exporter.parse import KEYWORDS
+from exporter.base.records import Batch, LogLine
+from exporter.base.times import fits, iso
+from exporter.config.config import JournalNode
+from exporter.parse.parser import KEYWORDS
 from exporter.sources.base import SourceError
 from exporter.sources.entries import cursor_time_us
-from exporter.times import fits, iso
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 
-from exporter._compiled import speedups
-from exporter.logline import Batch, LogLine
-from exporter.parse import KEYWORDS as PARSER_KEYWORDS
+from exporter.base.records import Batch, LogLine
+from exporter.compiled.switch import speedups
+from exporter.parse.parser import KEYWORDS as PARSER_KEYWORDS
 from exporter.sources.entries import EntryDecoder, EntryError
 
 MAX_LINE = 1 << 20

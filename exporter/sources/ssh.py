@@ -33,10 +33,10 @@ from pathlib import Path
 
 import asyncssh
 
-from exporter.config import SshNode, read_small_file
-from exporter.logline import Batch
-from exporter.logs import escape
-from exporter.parse import KEYWORDS
+from exporter.base.logs import escape
+from exporter.base.records import Batch
+from exporter.config.config import SshNode, read_small_file
+from exporter.parse.parser import KEYWORDS
 from exporter.sources.base import SourceError
 from exporter.sources.entries import EntryDecoder, EntryError, cursor_time_us
 from exporter.sources.lines import LineReader

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from exporter.checkpoint import NAME as CHECKPOINT_NAME
+from exporter.checkpoint.store import NAME as CHECKPOINT_NAME
 
 from support.scrape import Samples, answer, parse_metrics
 from support.tools import REPO, free_port, wait_for

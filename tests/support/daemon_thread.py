@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from exporter.daemon import Daemon
+from exporter.daemon.daemon import Daemon
 
 from support.scrape import http_get
 from support.tools import wait_for

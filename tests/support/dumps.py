@@ -1,17 +1,20 @@
 """Nodes' windows and journal dumps read the way the report reads them (through
-`exporter.sources.window`)."""
+`exporter.sources.registry.window`)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
-from exporter import report, sources
-from exporter.config import FileNode, NodeConfig
-from exporter.kinds import Kinds
-from exporter.logline import Batch, LogLine
-from exporter.times import MAX_TIME_US, SECOND, iso
+from exporter.base.kinds import Kinds
+from exporter.base.records import Batch, LogLine
+from exporter.base.times import MAX_TIME_US, SECOND, iso
+from exporter.commands.demo import NODES, node_lines, short_iso
+from exporter.config.config import Config, FileNode, NodeConfig
+from exporter.report import window as report
+from exporter.sources import registry as sources
 
 # short-iso-precise request lines of node0, as a real era D llama-server logs them
 T0 = 1_790_062_375 * SECOND  # 2026-09-22T07:32:55Z
@@ -60,3 +63,35 @@ def report_of_dumps(
     )
     assert not failed, failed
     return builder.finish()
+
+
+START = 1_790_000_000 * SECOND  # the dumps' window: two hours, long past
+
+
+END = START + 7200 * SECOND
+
+
+def write_dumps(directory: Path) -> dict[str, Path]:
+    paths = {}
+    for node in NODES:
+        path = directory / f"{node}.log"
+        path.write_text(
+            "".join(short_iso(node, line) + "\n" for line in node_lines(node, 7, START, END))
+        )
+        paths[node] = path
+    return paths
+
+
+SINCE = datetime.fromtimestamp(START // SECOND, UTC).isoformat()
+
+
+def config_for(paths: dict[str, Path]) -> Config:
+    """File nodes over `paths`; the checkpoint beside the first of them."""
+    state_dir = next(iter(paths.values())).parent / "state"
+    return Config(
+        state_dir=state_dir,
+        listen_host="127.0.0.1",
+        listen_port=0,
+        since=SINCE,
+        nodes=tuple(FileNode(n, p) for n, p in paths.items()),
+    )

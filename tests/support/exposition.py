@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import random
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    generate_latest,
+)
+from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.accounting import SECOND, Accounting, Snapshot
-from exporter.collector import SnapshotCollector
-from exporter.kinds import DEFAULT_RULES, Kinds
-from exporter.logline import MARKS, Event, EventKind, Interval
-from exporter.phases import Figures
+from exporter.accounting.accounting import SECOND, Accounting, Snapshot
+from exporter.base.kinds import DEFAULT_RULES, Kinds
+from exporter.base.records import MARKS, Event, EventKind, Interval
+from exporter.exposition.render import (
+    SnapshotCollector,
+)
+from exporter.startup.phases import Figures
 
 START = 1_790_000_000 * SECOND  # (long past)
 
@@ -81,3 +88,20 @@ def reference(snap: Snapshot, errors: int, *, openmetrics: bool = False) -> str:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     return (generate_openmetrics if openmetrics else generate_latest)(registry).decode()
+
+
+def build_info_labels(text: str) -> dict[str, str]:
+    (info,) = [f for f in parse_text(text) if f.name == "smllm_exporter_build_info"]
+    (sample,) = info.samples
+    assert sample.value == 1
+    return dict(sample.labels)
+
+
+def parse_text(text: str) -> list[Metric]:
+    return list(text_string_to_metric_families(text))
+
+
+PROMETHEUS_ACCEPT = (  # what Prometheus 2.42 (Debian bookworm) sends on every scrape
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)

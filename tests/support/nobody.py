@@ -8,7 +8,7 @@ import os
 import pwd
 import sys
 
-from exporter import cli, daemon  # noqa: F401 (imported before a fork drops to nobody)
+from exporter import cli, daemon  # noqa: F401 (imported before a fork drops to nobody
 
 from support.tools import missing
 

@@ -52,10 +52,23 @@ def usable() -> None:
 
 def wheels(into: Path) -> Path:
     """The exporter's wheel with its dependencies' (the `journal` extra too), built on the host
-    with the project's own pip into `into`: what the container's venv installs from."""
+    with the project's own pip into `into`: what the container's venv installs from. Built from
+    a copy of the checkout's files (tracked or not ignored), so no build/ left in the tree by an
+    earlier build ever reaches the wheel."""
     into.mkdir(parents=True, exist_ok=True)
+    src = into.parent / "src"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (n.decode() for n in listed)):
+        if (REPO / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, src / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(into), f"{REPO}[journal]"],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(into), f"{src}[journal]"],
         check=True,
         timeout=600,
         capture_output=True,

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.demo import write_dumps
-from exporter.times import iso
+from exporter.base.times import iso
+from exporter.commands.demo import write_dumps
 
 from support.tools import REPO
 

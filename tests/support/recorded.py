@@ -8,7 +8,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
+from exporter.accounting.accounting import SECOND
+from exporter.base.kinds import DEFAULT_RULES, Kinds
+from exporter.base.records import Interval, Record
+from exporter.report import window as report
+
+from support.dumps import report_of_dumps
 from support.tools import REPO
 
 FIXTURES = REPO / "tests" / "testdata" / "llama-server"
@@ -110,3 +117,27 @@ def occupancies(run: str) -> list[Occupancy]:
                 else:
                     occ.prompt = (n, us)
     return out
+
+
+KINDS = Kinds(DEFAULT_RULES)
+
+
+def intervals(recs: list[Record]) -> list[Interval]:
+    return [r for r in recs if type(r) is Interval]
+
+
+def window(runs: tuple[str, ...] = RUNS) -> tuple[int, int]:
+    times = [int(e["__REALTIME_TIMESTAMP"]) for run in runs for e in entries(run)]
+    return min(times) - SECOND, max(times) + SECOND
+
+
+def report_json(since_us: int, until_us: int) -> dict[str, Any]:
+    dumps = {run: FIXTURES / f"{run}.journal.json" for run in RUNS}
+    return report.to_json(report_of_dumps(dumps, KINDS, since_us, until_us))
+
+
+T0 = 1_790_000_000_000_000
+
+
+def untimed(recs: list[Record]) -> list[tuple[int, int, str]]:
+    return [(iv.start_us - T0, iv.end_us - T0, iv.reason) for iv in intervals(recs) if iv.reason]

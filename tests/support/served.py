@@ -1,4 +1,4 @@
-"""The real HTTP server (exporter.http) on 127.0.0.1 in a thread of its own, with a web config,
+"""The real HTTP server (exporter.web.server) on 127.0.0.1 in a thread of its own, with a web config,
 and clients for it: plain HTTP, or TLS with the test CA (and a client certificate)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import ssl
 import threading
 from pathlib import Path
 
-from exporter.answers import Pages
-from exporter.http import HttpServer
+from exporter.web.routes import Pages
+from exporter.web.server import HttpServer
 
 from support.certs import Authority, Pair
 

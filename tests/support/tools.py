@@ -102,7 +102,7 @@ def require_compiled(module: object, name: str) -> None:
     """For tests of a compiled module (at a test module's top, or in a test): in CI a module
     not built, or switched off with SMLLM_PURE_PYTHON (the test command's pure-Python rerun
     leaves these files out), fails; elsewhere it skips."""
-    from exporter import _compiled
+    from exporter.compiled import switch as _compiled
 
     if module is not None:
         return
@@ -135,3 +135,12 @@ def deadline(seconds: float) -> Iterator[None]:
 def yaml_text(*lines: str) -> str:
     """YAML text, one argument a line, so a case's line numbers can be read off its position."""
     return "\n".join(lines) + "\n"
+
+
+QUICK = os.environ.get("SMLLM_QUICK", "") not in ("", "0")  # `make unit`: the quick run
+
+
+def examples(n: int) -> int:
+    """A property test's examples: `n` in the whole suite, a quarter (at least 50) in the quick
+    unit run, which asks the same properties of fewer random cases."""
+    return max(50, n // 4) if QUICK and n > 50 else n

@@ -13,10 +13,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from exporter import report
-from exporter.kinds import Kinds, split_rules
-from exporter.logline import Batch, LogLine
-from exporter.times import SECOND
+from exporter.base.kinds import Kinds, split_rules
+from exporter.base.records import Batch, LogLine
+from exporter.base.times import SECOND
+from exporter.report import window as report
 
 T0 = 1_790_062_375 * SECOND  # 2026-09-22T07:32:55Z
 KINDS = Kinds(split_rules(600))

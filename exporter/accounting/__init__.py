@@ -1,0 +1,1 @@
+"""Accounting: intervals and events in, every figure the exporter shows out."""

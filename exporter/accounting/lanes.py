@@ -1,0 +1,318 @@
+"""Intervals kept for drawing: each node's recent ring, and a report window's rects or bins.
+
+Pure: no clock, no I/O; times are integer microseconds since the epoch, as everywhere.
+
+- `Recent` keeps each node's last RING_SIZE finished intervals, for the status page.
+- `Window` keeps what a report window draws in bounded memory: the exact intervals while there
+  are at most `max_rects` of them, and always, per node and per bin (the window cut into
+  `bins` equal bins), the slot-seconds in the bin, the busy (union) seconds in the bin and the
+  requests ending in it by outcome. Past `max_rects` it drops the exact intervals (`binned`)
+  and holds O(nodes x bins).
+- `concurrency` is the step function "how many nodes are busy" over [lo, hi], exact; `union`
+  is one node's busy stretches.
+
+Binned, a node's busy seconds in a bin are swept with a frontier: an interval adds what it
+covers after the latest end of the node's intervals seen before it. That is the exact union
+when a node's intervals arrive in the order of their starts or never overlap (one slot), and
+a lower bound otherwise (an interval that starts before an earlier-arrived one's start and
+ends after it misses the gap in between); it never exceeds the bin. The binned concurrency is
+then the mean number of nodes busy in each bin: the sum over nodes of busy seconds / bin width.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from exporter.base.records import CANCELLED, ERROR_REASON, LOST_REASON, UNTIMED, Interval, Record
+
+RING_SIZE = 4096  # intervals kept per node for the status page
+MAX_RECTS = 4000  # exact intervals a Window keeps before it bins
+BINS = 600  # bins of a Window
+
+# Interval.reason -> what the pages call its outcome (data-outcome)
+OUTCOMES = {"": "timed", CANCELLED: "cancelled", ERROR_REASON: "error", UNTIMED: "untimed"}
+OUTCOME_NAMES = tuple(OUTCOMES.values())
+
+
+class Step(NamedTuple):
+    """`nodes` nodes busy during [start_us, end_us): a count, or a bin's mean when binned."""
+
+    start_us: int
+    end_us: int
+    nodes: float
+
+
+def outcome(iv: Interval) -> str:
+    """The outcome of an interval (an unknown reason is `untimed`)."""
+    return OUTCOMES.get(iv.reason, "untimed")
+
+
+class Recent:
+    """Each known node's most recent intervals, oldest first, at most `size` a node."""
+
+    def __init__(self, nodes: Iterable[str], size: int = RING_SIZE) -> None:
+        self.size = size
+        self.rings: dict[str, deque[Interval]] = {n: deque(maxlen=size) for n in nodes}
+        # per node, the last copy: (its newest interval, the tuple)
+        self._copies: dict[str, tuple[Interval | None, tuple[Interval, ...]]] = {}
+
+    def add_all(self, recs: Iterable[Record]) -> None:
+        """Keep the intervals (in the order given), but none of reason `lost` (its end is not
+        known) and none of a node not known; events are ignored."""
+        rings = self.rings
+        for rec in recs:
+            if type(rec) is Interval and rec[11] != LOST_REASON:
+                ring = rings.get(rec[0])
+                if ring is not None:
+                    ring.append(rec)
+
+    def keep(self, nodes: Iterable[str]) -> None:
+        """After a config reload: rings for new nodes, none for removed ones, the others kept."""
+        wanted = list(dict.fromkeys(nodes))
+        old = self.rings
+        self.rings = {n: old[n] if n in old else deque(maxlen=self.size) for n in wanted}
+
+    def copy(self, since_us: int | None = None) -> dict[str, tuple[Interval, ...]]:
+        """Each node's ring as it is (its intervals ending at `since_us` or later: the older
+        ones, oldest first, are dropped from the ring now). A ring that did not change since
+        the last copy costs nothing: its tuple is the last one."""
+        out = {}
+        for n, ring in self.rings.items():
+            if since_us is not None:
+                while ring and ring[0][2] < since_us:
+                    ring.popleft()
+            last = self._copies.get(n)
+            if (
+                last is None
+                or len(last[1]) != len(ring)
+                or last[0] is not (ring[-1] if ring else None)
+            ):
+                last = self._copies[n] = (ring[-1] if ring else None, tuple(ring))
+            out[n] = last[1]
+        return out
+
+
+def union(spans: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The spans clipped to [lo, hi], merged: sorted, disjoint, none empty (touching ones are
+    merged too)."""
+    clipped = sorted((max(s, lo), min(e, hi)) for s, e in spans if min(e, hi) > max(s, lo))
+    out: list[tuple[int, int]] = []
+    for s, e in clipped:
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def concurrency(per_node: Iterable[Iterable[tuple[int, int]]], lo: int, hi: int) -> list[Step]:
+    """How many nodes are busy over [lo, hi]: steps in order that cover it exactly, each of
+    another count than the one before (0 included); none when hi <= lo. A node is busy where
+    any of its spans is (its spans' union), whatever its slots."""
+    if hi <= lo:
+        return []
+    edges: list[tuple[int, int]] = []
+    for spans in per_node:
+        for s, e in union(spans, lo, hi):
+            edges += ((s, 1), (e, -1))
+    edges.sort()
+    out: list[Step] = []
+    count, t = 0, lo
+    for x, delta in edges:
+        if x > t:
+            _step(out, t, x, count)
+            t = x
+        count += delta
+    if hi > t:
+        _step(out, t, hi, count)
+    return out
+
+
+def _step(out: list[Step], start: int, end: int, count: float) -> None:
+    if out and out[-1].nodes == count:
+        out[-1] = Step(out[-1].start_us, end, count)
+    else:
+        out.append(Step(start, end, count))
+
+
+class Lane:
+    """One node's part of a Window. Per bin: slot (occupancy) microseconds, busy microseconds
+    (see the module docstring) and requests ended by outcome."""
+
+    __slots__ = ("busy_us", "covered_us", "ended", "kept", "occupancy_us")
+
+    def __init__(self, bins: int, start_us: int) -> None:
+        self.occupancy_us = [0] * bins
+        self.busy_us = [0] * bins
+        self.ended = {o: [0] * bins for o in OUTCOME_NAMES}
+        self.covered_us = start_us  # the frontier of the busy sweep
+        self.kept: list[Interval] = []  # the exact intervals, in the order added (not binned)
+
+    def requests(self, b: int) -> int:
+        """Requests that ended in bin `b`."""
+        return sum(counts[b] for counts in self.ended.values())
+
+
+class Window:
+    """What a report draws of [since_us, until_us]; see the module docstring. An interval
+    belongs to it if it ends in the window (the report counts it) or runs past its end from
+    inside it (only its part in the window is drawn)."""
+
+    def __init__(
+        self,
+        nodes: Iterable[str],
+        since_us: int,
+        until_us: int,
+        max_rects: int = MAX_RECTS,
+        bins: int = BINS,
+    ) -> None:
+        self.nodes = tuple(dict.fromkeys(nodes))
+        self.since_us, self.until_us = since_us, max(until_us, since_us)
+        span = self.until_us - since_us
+        self.bin_us = max(1, -(-span // max(1, bins)))
+        self.bins = max(1, -(-span // self.bin_us))
+        self.max_rects = max_rects
+        self.lanes = {n: Lane(self.bins, since_us) for n in self.nodes}
+        self.intervals = 0  # every interval taken, binned or not
+        self.binned = False
+
+    def bin_start(self, b: int) -> int:
+        return self.since_us + b * self.bin_us
+
+    def bin_end(self, b: int) -> int:
+        return min(self.until_us, self.since_us + (b + 1) * self.bin_us)
+
+    def add(self, iv: Interval) -> None:
+        self.add_all((iv,))
+
+    def add_all(self, recs: Iterable[Record]) -> None:
+        """Take the intervals of `recs` that belong to the window (events, intervals of reason
+        `lost` and those of nodes not known are ignored). On the report's path: one loop, with
+        the lane of the node before and the bin before at hand (a batch is one node's, and its
+        requests come in time order)."""
+        since, until, bin_us, last = self.since_us, self.until_us, self.bin_us, self.bins - 1
+        lanes = self.lanes
+        taken, binned, max_rects = self.intervals, self.binned, self.max_rects
+        node: str | None = None
+        lane: Lane | None = None
+        occupancy: list[int] = []
+        busy: list[int] = []
+        timed: list[int] = []
+        frontier = 0
+        cb, lo, hi = 0, since, since  # the bin at hand: cb, for lo <= t < hi (hi <= until)
+        for rec in recs:
+            if type(rec) is not Interval:
+                continue
+            s, e = rec[1], rec[2]
+            if rec[0] is not node:
+                if lane is not None:
+                    lane.covered_us = frontier
+                node = rec[0]
+                lane = lanes.get(node)
+                if lane is not None:
+                    occupancy, busy, frontier = lane.occupancy_us, lane.busy_us, lane.covered_us
+                    timed = lane.ended["timed"]
+            if lane is None:
+                continue
+            reason = rec[11]
+            if lo <= s and e < hi:  # (nearly always: inside the bin at hand, counted)
+                if not reason:
+                    timed[cb] += 1
+                elif reason == LOST_REASON:
+                    continue
+                else:
+                    lane.ended[OUTCOMES.get(reason, UNTIMED)][cb] += 1
+                occupancy[cb] += e - s
+                if e > frontier:  # (the frontier, if past s, is in this bin too)
+                    busy[cb] += e - (s if s > frontier else frontier)
+                    frontier = e
+            else:
+                if e > until:
+                    if s >= until:
+                        continue
+                    counted = False
+                elif e < since:
+                    continue
+                else:
+                    counted = True
+                if reason == LOST_REASON:
+                    continue
+                if counted:
+                    b = min((e - since) // bin_us, last)
+                    cb, lo = b, since + b * bin_us
+                    hi = min(lo + bin_us, until)
+                    lane.ended[OUTCOMES.get(reason, UNTIMED)][b] += 1
+                cs = s if s > since else since
+                ce = e if e < until else until
+                if ce > cs:
+                    _spread(occupancy, cs, ce, since, bin_us)
+                    if ce > frontier:
+                        _spread(busy, cs if cs > frontier else frontier, ce, since, bin_us)
+                        frontier = ce
+            taken += 1
+            if not binned:
+                lane.kept.append(rec)
+                if taken > max_rects:
+                    binned = True
+                    for each in lanes.values():
+                        each.kept = []
+        if lane is not None:
+            lane.covered_us = frontier
+        self.intervals, self.binned = taken, binned
+
+    def kept(self) -> dict[str, list[Interval]]:
+        """Per node, the exact intervals in the order added; empty lists once binned."""
+        return {n: lane.kept for n, lane in self.lanes.items()}
+
+    def requests(self) -> int:
+        """Requests (any outcome) that ended in the window."""
+        return sum(sum(counts) for lane in self.lanes.values() for counts in lane.ended.values())
+
+    def concurrency(self) -> list[Step]:
+        """How many nodes are busy over the window: exact (`concurrency`) while the exact
+        intervals are kept, else per bin the mean number of nodes busy (module docstring)."""
+        if not self.binned:
+            spans = [[(iv.start_us, iv.end_us) for iv in lane.kept] for lane in self.lanes.values()]
+            return concurrency(spans, self.since_us, self.until_us)
+        out: list[Step] = []
+        for b in range(self.bins):
+            width = self.bin_end(b) - self.bin_start(b)
+            if width <= 0:  # (an empty window)
+                continue
+            busy = sum(lane.busy_us[b] for lane in self.lanes.values()) / width
+            _step(out, self.bin_start(b), self.bin_end(b), busy)
+        return out
+
+
+def binned_steps(steps: Sequence[Step], w: Window) -> list[Step]:
+    """Steps that cover w's window in order (`concurrency`), as each of w's bins' mean."""
+    out: list[Step] = []
+    i, n = 0, len(steps)
+    for b in range(w.bins):
+        s, e = w.bin_start(b), w.bin_end(b)
+        if e <= s:
+            continue
+        while i < n and steps[i].end_us <= s:
+            i += 1
+        total = 0.0
+        j = i
+        while j < n and steps[j].start_us < e:
+            step = steps[j]
+            total += max(0, min(step.end_us, e) - max(step.start_us, s)) * step.nodes
+            j += 1
+        _step(out, s, e, total / (e - s))
+    return out
+
+
+def _spread(into: list[int], start: int, end: int, since: int, bin_us: int) -> None:
+    """Add [start, end) to the bins it covers (start < end, both within the window)."""
+    b = (start - since) // bin_us
+    while start < end:
+        edge = since + (b + 1) * bin_us
+        stop = end if end < edge else edge
+        into[b] += stop - start
+        start = stop
+        b += 1

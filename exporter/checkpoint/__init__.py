@@ -1,0 +1,1 @@
+"""The checkpoint: positions and counters kept across restarts."""

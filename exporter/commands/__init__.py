@@ -1,0 +1,1 @@
+"""The commands: what each `sm-llm-exporter` command does (cli.py only parses)."""

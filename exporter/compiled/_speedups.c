@@ -1,0 +1,1498 @@
+/* Compiled fast paths for the hot loops of reading a journal: finding and decoding the lines
+ * that may matter (the line layer, sources/lines.py), tokenizing the common llama.cpp lines and
+ * running the parser's state machine over them (parse.py).
+ *
+ * Each function has a pure-Python reference that stays the specification:
+ *   scan(data, ...)       ~ [EntryDecoder(node).decode(raw) or raw
+ *                            for raw in sources.lines.find_lines(data)]
+ *                           (as a Lines, when every line is decoded: a sequence whose LogLines
+ *                           are made when first asked for, each line's common token read
+ *                           while the line is in the cache; join(parts) chains them)
+ *   tokenize(msg)         ~ parse.tokenize(msg)
+ *   feed(parser, ...)     ~ parser.feed_reference(lines): the Python loop of Parser.feed_all
+ *                           (on a Lines, the common lines read from their tokens: no LogLine)
+ * The C side handles only the shapes it recognises exactly and hands everything else back
+ * (raw bytes, None, or the index of the line to leave to Python) for the Python code to
+ * decide, so it is never the only judge of a line. scan decodes two shapes: the plain
+ * short-iso-precise line, and the usual journalctl -o json entry (one flat object of string
+ * fields, valid UTF-8, escapes decoded as json does, a decimal time in range and PID); a line
+ * longer than max_line is always handed back. No input raises: arbitrary bytes in scan, any
+ * str in tokenize, any values in feed's lines (a time or PID that does not fit in 64 bits, or a
+ * time outside times.MIN_TIME_US..MAX_TIME_US, is handed back); only bad argument types do.
+ * tests/test_speedups.py and tests/test_fuzz.py hold the two sides to the same answers (and,
+ * for feed, the same parser state after).
+ */
+#define _GNU_SOURCE /* memmem, memrchr */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <ctype.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h> /* (every x86-64) */
+#endif
+
+#define MAX_DURATION_US (7LL * 86400LL * 1000000LL) /* parse.MAX_DURATION_US */
+#define MAX_TOKENS 1000000000LL                       /* parse.MAX_TOKENS */
+#define MIN_TIME_US 0LL                               /* times.MIN_TIME_US */
+#define MAX_TIME_US 253402300799999999LL              /* times.MAX_TIME_US */
+#define MAX_PID_DIGITS 10 /* entries: a longer PID is 0 (short) or not the usual shape (JSON) */
+
+/* ---- scan: keyword lines of a chunk, the usual shapes decoded ---------------------------- */
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* Python's bytes.isspace / the regex \s for bytes: space, \t, \n, \v, \f, \r */
+static int is_ws(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+static int digits(const char *p, int n, long long *out) {
+    long long v = 0;
+    for (int i = 0; i < n; i++) {
+        if (!is_digit(p[i])) return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+/* days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil) */
+static long long days_from_civil(long long y, long long m, long long d) {
+    y -= m <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long yoe = y - era * 400;
+    long long doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static int days_in_month(long long y, long long m) {
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (m == 2 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0)) return 29;
+    return days[m - 1];
+}
+
+/* What the decoders found in one line: its time and pid, where its message (and, for JSON,
+ * cursor) are, and whether they hold escapes; `ok` 0 for a line to hand back raw. */
+enum { SHAPE_SHORT, SHAPE_JSON };
+enum { OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE };
+
+/* What one common line says: a parse.Token with every number present (0 where the Token
+ * holds None: OTHER's four, the slot lines' us and count). */
+typedef struct {
+    int kind;
+    long long slot, task, us, count;
+} Tok;
+
+typedef struct {
+    long long time_us, pid;
+    Py_ssize_t len;          /* the line's, without its newline */
+    int ok;
+    Py_ssize_t msg, end;     /* the message: line[msg:end] */
+    Py_ssize_t cur, cur_end; /* the cursor (JSON; empty for short lines) */
+    unsigned char shape, msg_esc, cur_esc;
+    unsigned char has_tok; /* the message is a common line (tok), read while the line was hot */
+    Tok tok;
+} Found;
+
+static int bytes_token(const char *s, Py_ssize_t n, Tok *t);
+
+/* `2026-09-22T07:31:04.127792+0000 host ident[1234]: message` -> 1 and `out` filled; 0 when the
+ * line is not exactly that shape or its time is out of range (the caller keeps it raw for
+ * EntryDecoder, which decodes it or names the error). EntryDecoder converts the date-hour with
+ * its offset first: both that and the line's time must be in range. */
+static int decode_short(const char *s, Py_ssize_t n, Found *out) {
+    long long Y, M, D, h, mi, sec, frac = 0, pid = 0, off = 0;
+    Py_ssize_t i = 19;
+    if (n < 21 || !digits(s, 4, &Y) || s[4] != '-' || !digits(s + 5, 2, &M) || s[7] != '-' ||
+        !digits(s + 8, 2, &D) || s[10] != 'T' || !digits(s + 11, 2, &h) || s[13] != ':' ||
+        !digits(s + 14, 2, &mi) || s[16] != ':' || !digits(s + 17, 2, &sec))
+        return 0;
+    if (Y < 1970 || M < 1 || M > 12 || D < 1 || D > days_in_month(Y, M) || h > 23 || mi > 59 ||
+        sec > 60)
+        return 0;
+    if (s[i] == '.') {
+        int k = 0;
+        i++;
+        while (i < n && is_digit(s[i]) && k < 7) frac = frac * 10 + (s[i++] - '0'), k++;
+        if (k == 0 || k > 6) return 0;
+        for (; k < 6; k++) frac *= 10;
+    }
+    if (i < n && (s[i] == '+' || s[i] == '-')) {
+        long long oh, om;
+        int sign = s[i] == '-' ? -1 : 1;
+        if (i + 5 > n || !digits(s + i + 1, 2, &oh)) return 0;
+        i += 3;
+        if (s[i] == ':') i++;
+        if (i + 2 > n || !digits(s + i, 2, &om) || oh > 23 || om > 59) return 0;
+        i += 2;
+        off = sign * (oh * 3600 + om * 60);
+    } else if (i < n && s[i] == 'Z') {
+        i++;
+    }
+    if (i >= n || s[i] != ' ') return 0;
+    i++;
+    Py_ssize_t host = i; /* \S+ then one space */
+    while (i < n && !is_ws(s[i])) i++;
+    if (i == host || i >= n || s[i] != ' ') return 0;
+    i++;
+    Py_ssize_t ident = i; /* identifier chars, then `[pid]` or nothing, then `:` */
+    while (i < n && (isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == '-' || s[i] == '.' ||
+                     s[i] == '@' || s[i] == '/'))
+        i++;
+    if (i == ident || i >= n) return 0;
+    if (s[i] == '[') {
+        Py_ssize_t p = ++i;
+        while (i < n && is_digit(s[i])) i++;
+        if (i == p || i >= n || s[i] != ']') return 0;
+        if (i - p <= MAX_PID_DIGITS) digits(s + p, (int)(i - p), &pid); /* else 0, as there */
+        i++;
+    }
+    if (i >= n || s[i] != ':') return 0;
+    i++;
+    if (i < n && s[i] == ' ') i++;
+    Py_ssize_t end = n;
+    if (end > i && s[end - 1] == '\r') end--;
+    long long hour_s = days_from_civil(Y, M, D) * 86400 + h * 3600 - off; /* Y <= 9999: fits */
+    long long time_us = (hour_s + mi * 60 + sec) * 1000000 + frac;
+    if (hour_s < 0 || time_us > MAX_TIME_US) return 0;
+    out->time_us = time_us, out->pid = pid, out->msg = i, out->end = end;
+    out->cur = out->cur_end = 0, out->shape = SHAPE_SHORT, out->msg_esc = out->cur_esc = 0;
+    return 1;
+}
+
+/* -- the usual journal JSON entry -- */
+
+/* Bytes that end a run of plain string content: `"`, `\`, control characters (which json
+ * refuses in a string) and non-ASCII (validated as UTF-8). */
+static unsigned char json_stop[256];
+
+static void init_json_stop(void) {
+    for (int c = 0; c < 256; c++) json_stop[c] = c < 0x20 || c == '"' || c == '\\' || c >= 0x80;
+}
+
+/* From s[i], the first byte (before n) that ends a run of plain string content, or n. */
+static Py_ssize_t json_plain_run(const char *s, Py_ssize_t i, Py_ssize_t n) {
+#if defined(__SSE2__)
+    /* 16 bytes at a time: `"`, `\`, and (as signed bytes) < 0x20, which takes in >= 0x80 */
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    const __m128i space = _mm_set1_epi8(0x20);
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote),
+                                                 _mm_cmpeq_epi8(v, backslash)),
+                                    _mm_cmplt_epi8(v, space));
+        int mask = _mm_movemask_epi8(stop);
+        if (mask) return i + __builtin_ctz((unsigned)mask);
+    }
+#endif
+    while (i < n && !json_stop[(unsigned char)s[i]]) i++;
+    return i;
+}
+
+static int is_json_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+static int hex4(const char *p, unsigned *out) {
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) {
+        char c = p[k];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* One UTF-8 sequence at s[i] (a byte >= 0x80), strictly as Python's UTF-8 codec takes it (no
+ * overlong forms, no surrogates, nothing above U+10FFFF): its length, or 0 when invalid. */
+static int utf8_len(const unsigned char *s, Py_ssize_t avail) {
+    unsigned char c = s[0];
+    int k;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) k = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        k = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        k = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else
+        return 0;
+    if (avail < k || s[1] < lo || s[1] > hi) return 0;
+    for (int j = 2; j < k; j++)
+        if (s[j] < 0x80 || s[j] > 0xBF) return 0;
+    return k;
+}
+
+/* The bytes of a line that end a run of plain string content, as a bitmap (bit i of word
+ * i / 64 for s[i]; none past n): built once a line, so finding a string's end is a bit scan,
+ * not a search per string whose end a branch must guess. Lines up to BITMAP_BYTES use one. */
+#define BITMAP_BYTES 8192
+static void stop_bitmap(const char *s, Py_ssize_t n, uint64_t *bm) {
+    Py_ssize_t i = 0;
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    const __m128i space = _mm_set1_epi8(0x20);
+    for (; i + 64 <= n; i += 64) {
+        uint64_t word = 0;
+        for (int k = 0; k < 4; k++) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(s + i + 16 * k));
+            __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote),
+                                                     _mm_cmpeq_epi8(v, backslash)),
+                                        _mm_cmplt_epi8(v, space));
+            word |= (uint64_t)(unsigned)_mm_movemask_epi8(stop) << (16 * k);
+        }
+        bm[i >> 6] = word;
+    }
+#endif
+    if (i < n) {
+        uint64_t word = 0;
+        for (Py_ssize_t j = i; j < n; j++)
+            word |= (uint64_t)json_stop[(unsigned char)s[j]] << (j - i);
+        bm[i >> 6] = word;
+    }
+}
+
+/* The first stop byte at or after s[i] by the bitmap, or n. */
+static inline Py_ssize_t next_stop(const uint64_t *bm, Py_ssize_t i, Py_ssize_t n) {
+    if (i >= n) return n;
+    Py_ssize_t w = i >> 6;
+    uint64_t bits = bm[w] & (~0ULL << (i & 63));
+    while (bits == 0) {
+        if (++w << 6 >= n) return n;
+        bits = bm[w];
+    }
+    return (w << 6) + __builtin_ctzll(bits);
+}
+
+/* A JSON string whose opening quote is at s[*at - 1]: 1 with *at just after its closing quote
+ * and *esc set when it holds an escape; 0 when json would refuse it, or read it to a string
+ * holding a lone surrogate (which is handed back rather than made here). */
+static int json_string(const char *s, Py_ssize_t n, const uint64_t *bm, Py_ssize_t *at,
+                       unsigned char *esc) {
+    Py_ssize_t i = *at;
+    *esc = 0;
+    for (;;) {
+        i = bm != NULL ? next_stop(bm, i, n) : json_plain_run(s, i, n);
+        if (i >= n) return 0;
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"') break;
+        if (c < 0x20) return 0;
+        if (c >= 0x80) {
+            int k = utf8_len((const unsigned char *)s + i, n - i);
+            if (k == 0) return 0;
+            i += k;
+            continue;
+        }
+        /* a backslash */
+        *esc = 1;
+        if (i + 1 >= n) return 0;
+        switch (s[i + 1]) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+            i += 2;
+            continue;
+        case 'u': {
+            unsigned u, u2;
+            if (i + 6 > n || !hex4(s + i + 2, &u)) return 0;
+            i += 6;
+            if (u >= 0xDC00 && u <= 0xDFFF) return 0; /* a lone low surrogate */
+            if (u >= 0xD800 && u <= 0xDBFF) {         /* must be a pair */
+                if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u' || !hex4(s + i + 2, &u2) ||
+                    u2 < 0xDC00 || u2 > 0xDFFF)
+                    return 0;
+                i += 6;
+            }
+            continue;
+        }
+        default:
+            return 0;
+        }
+    }
+    *at = i + 1;
+    return 1;
+}
+
+/* The fields of a journal entry the LogLine is made of. */
+enum { F_TIME, F_PID, F_CURSOR, F_MESSAGE, F_N };
+#define FIELD(name) {name, sizeof name - 1}
+static const struct {
+    const char *name;
+    Py_ssize_t len;
+} json_fields[F_N] = {FIELD("__REALTIME_TIMESTAMP"), FIELD("_PID"), FIELD("__CURSOR"),
+                      FIELD("MESSAGE")};
+
+static int json_field(const char *s, Py_ssize_t n) {
+    for (int f = 0; f < F_N; f++) /* (the length and the last byte first: no call for most) */
+        if (n == json_fields[f].len && s[n - 1] == json_fields[f].name[n - 1] &&
+            memcmp(s, json_fields[f].name, (size_t)n) == 0)
+            return f;
+    return -1;
+}
+
+/* `{"__CURSOR": "s=...", "__REALTIME_TIMESTAMP": "1790062375127792", ..., "_PID": "4242",
+ * "MESSAGE": "slot ..."}` -> 1 and `out` filled: one flat object (json's whitespace allowed)
+ * of string values only, valid UTF-8, with each of the four fields once, the time 1 to 18
+ * digits and in range, the PID 1 to 10 digits, no key and neither number escaped. 0 for
+ * anything else (the caller hands it back to EntryDecoder). Needs no GIL. */
+static int decode_json(const char *s, Py_ssize_t n, Found *out) {
+    uint64_t bitmap[BITMAP_BYTES / 64];
+    const uint64_t *bm = n <= BITMAP_BYTES ? (stop_bitmap(s, n, bitmap), bitmap) : NULL;
+    Py_ssize_t i = 1, start[F_N] = {0}, stop[F_N] = {0};
+    unsigned char escaped[F_N] = {0}, seen[F_N] = {0};
+    if (n < 2 || s[0] != '{') return 0;
+    for (;;) {
+        while (i < n && is_json_ws(s[i])) i++;
+        if (i >= n || s[i] != '"') return 0; /* (an empty object lacks the fields) */
+        Py_ssize_t key = ++i;
+        unsigned char esc;
+        if (!json_string(s, n, bm, &i, &esc) || esc) return 0; /* an escaped key: hand back */
+        int f = json_field(s + key, i - 1 - key);
+        while (i < n && is_json_ws(s[i])) i++;
+        if (i >= n || s[i] != ':') return 0;
+        i++;
+        while (i < n && is_json_ws(s[i])) i++;
+        if (i >= n || s[i] != '"') return 0; /* a value that is no string */
+        Py_ssize_t value = ++i;
+        if (!json_string(s, n, bm, &i, &esc)) return 0;
+        if (f >= 0) {
+            if (seen[f]) return 0; /* a duplicate: json keeps the last; hand back */
+            seen[f] = 1, start[f] = value, stop[f] = i - 1, escaped[f] = esc;
+        }
+        while (i < n && is_json_ws(s[i])) i++;
+        if (i >= n) return 0;
+        if (s[i] == '}') break;
+        if (s[i] != ',') return 0;
+        i++;
+    }
+    i++;
+    while (i < n && is_json_ws(s[i])) i++;
+    if (i != n) return 0; /* trailing bytes */
+    for (int f = 0; f < F_N; f++)
+        if (!seen[f]) return 0;
+    Py_ssize_t tn = stop[F_TIME] - start[F_TIME], pn = stop[F_PID] - start[F_PID];
+    long long t, pid;
+    if (escaped[F_TIME] || escaped[F_PID] || tn < 1 || tn > 18 || pn < 1 ||
+        pn > MAX_PID_DIGITS || !digits(s + start[F_TIME], (int)tn, &t) ||
+        !digits(s + start[F_PID], (int)pn, &pid) || t > MAX_TIME_US)
+        return 0;
+    out->time_us = t, out->pid = pid;
+    out->msg = start[F_MESSAGE], out->end = stop[F_MESSAGE], out->msg_esc = escaped[F_MESSAGE];
+    out->cur = start[F_CURSOR], out->cur_end = stop[F_CURSOR], out->cur_esc = escaped[F_CURSOR];
+    out->shape = SHAPE_JSON;
+    return 1;
+}
+
+/* A JSON string's content s[0:n] (validated by json_string) as json decodes it. */
+static PyObject *json_text(const char *s, Py_ssize_t n, int esc) {
+    if (!esc) return PyUnicode_DecodeUTF8(s, n, NULL);
+    char *buf = PyMem_Malloc(n > 0 ? (size_t)n : 1); /* an escape never decodes longer */
+    if (buf == NULL) return PyErr_NoMemory();
+    Py_ssize_t o = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        if (s[i] != '\\') {
+            buf[o++] = s[i++];
+            continue;
+        }
+        char c = s[i + 1];
+        i += 2;
+        switch (c) {
+        case 'b': buf[o++] = '\b'; continue;
+        case 'f': buf[o++] = '\f'; continue;
+        case 'n': buf[o++] = '\n'; continue;
+        case 'r': buf[o++] = '\r'; continue;
+        case 't': buf[o++] = '\t'; continue;
+        case 'u': break;
+        default: buf[o++] = c; continue; /* " \ / */
+        }
+        unsigned u, u2;
+        hex4(s + i, &u);
+        i += 4;
+        if (u >= 0xD800 && u <= 0xDBFF) { /* the pair json_string checked */
+            hex4(s + i + 2, &u2);
+            i += 6;
+            u = 0x10000 + ((u - 0xD800) << 10) + (u2 - 0xDC00);
+        }
+        if (u < 0x80) {
+            buf[o++] = (char)u;
+        } else if (u < 0x800) {
+            buf[o++] = (char)(0xC0 | u >> 6), buf[o++] = (char)(0x80 | (u & 0x3F));
+        } else if (u < 0x10000) {
+            buf[o++] = (char)(0xE0 | u >> 12), buf[o++] = (char)(0x80 | (u >> 6 & 0x3F));
+            buf[o++] = (char)(0x80 | (u & 0x3F));
+        } else {
+            buf[o++] = (char)(0xF0 | u >> 18), buf[o++] = (char)(0x80 | (u >> 12 & 0x3F));
+            buf[o++] = (char)(0x80 | (u >> 6 & 0x3F)), buf[o++] = (char)(0x80 | (u & 0x3F));
+        }
+    }
+    PyObject *text = PyUnicode_DecodeUTF8(buf, o, NULL);
+    PyMem_Free(buf);
+    return text;
+}
+
+/* A LogLine(node, time_us, cursor, pid, message) of what `d` found in line `s`, or NULL with an
+ * error set; `line_type` is a tuple subclass of 5 fields (a NamedTuple, whose __new__ does no
+ * more than this). Lines of one server share one PID object. */
+static PyObject *log_line(PyTypeObject *line_type, PyObject *node, PyObject *empty,
+                          PyObject **last_pid, long long *last_pid_value, const char *s,
+                          const Found *d) {
+    PyObject *t = PyLong_FromLongLong(d->time_us), *pid = NULL, *cursor, *msg;
+    if (*last_pid != NULL && *last_pid_value == d->pid) {
+        pid = Py_NewRef(*last_pid);
+    } else if ((pid = PyLong_FromLongLong(d->pid)) != NULL) {
+        Py_XSETREF(*last_pid, Py_NewRef(pid));
+        *last_pid_value = d->pid;
+    }
+    if (d->shape == SHAPE_JSON) {
+        cursor = json_text(s + d->cur, d->cur_end - d->cur, d->cur_esc);
+        msg = json_text(s + d->msg, d->end - d->msg, d->msg_esc);
+    } else {
+        cursor = Py_NewRef(empty);
+        msg = PyUnicode_DecodeUTF8(s + d->msg, d->end - d->msg, "replace");
+    }
+    PyObject *line = NULL;
+    if (t == NULL || pid == NULL || cursor == NULL || msg == NULL ||
+        (line = line_type->tp_alloc(line_type, 5)) == NULL) {
+        Py_XDECREF(t), Py_XDECREF(pid), Py_XDECREF(cursor), Py_XDECREF(msg);
+        return NULL;
+    }
+    Py_INCREF(node);
+    PyTuple_SET_ITEM(line, 0, node), PyTuple_SET_ITEM(line, 1, t);
+    PyTuple_SET_ITEM(line, 2, cursor), PyTuple_SET_ITEM(line, 3, pid);
+    PyTuple_SET_ITEM(line, 4, msg);
+    return line;
+}
+
+/* ---- Lines: a chunk's keyword lines, decoded but not yet made into LogLines ---------------- */
+
+/* One line of a Lines: its LogLine when made (joined from a list, made on access, or an escaped
+ * JSON entry made by scan), else where it is in a buffer the Lines holds and what scan found. */
+typedef struct {
+    PyObject *obj;
+    const char *line;
+    Found d;
+} Item;
+
+/* A sequence of LogLines whose items are made only when asked for: `feed` reads the common
+ * lines straight from the bytes, so a run of them costs no LogLine at all. */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    Item *items;
+    Py_buffer view; /* the bytes the items point into (scan), when has_view */
+    int has_view;
+    PyObject *owners; /* the joined Lines whose buffers the items point into (join), or NULL */
+    PyObject *node, *line_type, *empty, *last_pid;
+    long long last_pid_value;
+} Lines;
+
+static PyTypeObject LinesType;
+
+static void lines_dealloc(Lines *self) {
+    for (Py_ssize_t j = 0; j < self->n; j++) Py_XDECREF(self->items[j].obj);
+    PyMem_Free(self->items);
+    if (self->has_view) PyBuffer_Release(&self->view);
+    Py_XDECREF(self->owners), Py_XDECREF(self->node), Py_XDECREF(self->line_type);
+    Py_XDECREF(self->empty), Py_XDECREF(self->last_pid);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Lines *lines_new(Py_ssize_t n, PyObject *node, PyObject *line_type, PyObject *empty) {
+    Lines *self = PyObject_New(Lines, &LinesType);
+    if (self == NULL) return NULL;
+    self->n = 0, self->has_view = 0, self->owners = NULL, self->last_pid = NULL;
+    self->last_pid_value = 0;
+    self->node = Py_XNewRef(node), self->line_type = Py_XNewRef(line_type);
+    self->empty = Py_XNewRef(empty);
+    self->items = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(Item));
+    if (self->items == NULL) {
+        Py_DECREF(self);
+        return (Lines *)PyErr_NoMemory();
+    }
+    return self;
+}
+
+static Py_ssize_t lines_len(Lines *self) { return self->n; }
+
+/* Item j as its LogLine (a new reference), made once. */
+static PyObject *lines_obj(Lines *self, Py_ssize_t j) {
+    Item *it = &self->items[j];
+    if (it->obj == NULL) {
+        it->obj = log_line((PyTypeObject *)self->line_type, self->node, self->empty,
+                           &self->last_pid, &self->last_pid_value, it->line, &it->d);
+        if (it->obj == NULL) return NULL;
+    }
+    return Py_NewRef(it->obj);
+}
+
+static PyObject *lines_item(Lines *self, Py_ssize_t j) {
+    if (j < 0 || j >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "Lines index out of range");
+        return NULL;
+    }
+    return lines_obj(self, j);
+}
+
+/* lines[i] or lines[a:b:c] (a tuple) */
+static PyObject *lines_subscript(Lines *self, PyObject *key) {
+    if (PyIndex_Check(key)) {
+        Py_ssize_t j = PyNumber_AsSsize_t(key, PyExc_IndexError);
+        if (j == -1 && PyErr_Occurred()) return NULL;
+        return lines_item(self, j < 0 ? j + self->n : j);
+    }
+    if (!PySlice_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "Lines indices must be integers or slices, not %.100s",
+                     Py_TYPE(key)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t a, b, step;
+    if (PySlice_Unpack(key, &a, &b, &step) < 0) return NULL;
+    Py_ssize_t k = PySlice_AdjustIndices(self->n, &a, &b, step);
+    PyObject *t = PyTuple_New(k);
+    for (Py_ssize_t j = 0; t != NULL && j < k; j++) {
+        PyObject *v = lines_obj(self, a + j * step);
+        if (v == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, j, v);
+    }
+    return t;
+}
+
+static PyObject *lines_richcompare(PyObject *self, PyObject *other, int op) {
+    if ((op != Py_EQ && op != Py_NE) ||
+        !(PyTuple_Check(other) || PyList_Check(other) || Py_TYPE(other) == &LinesType))
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *a = PySequence_Tuple(self), *b = PySequence_Tuple(other), *r = NULL;
+    if (a != NULL && b != NULL) r = PyObject_RichCompare(a, b, op);
+    Py_XDECREF(a), Py_XDECREF(b);
+    return r;
+}
+
+static PyObject *lines_repr(Lines *self) {
+    return PyUnicode_FromFormat("<Lines of %zd>", self->n);
+}
+
+static PySequenceMethods lines_as_sequence = {
+    .sq_length = (lenfunc)lines_len,
+    .sq_item = (ssizeargfunc)lines_item,
+};
+
+static PyMappingMethods lines_as_mapping = {
+    .mp_length = (lenfunc)lines_len,
+    .mp_subscript = (binaryfunc)lines_subscript,
+};
+
+static PyTypeObject LinesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "exporter._speedups.Lines",
+    .tp_basicsize = sizeof(Lines),
+    .tp_dealloc = (destructor)lines_dealloc,
+    .tp_repr = (reprfunc)lines_repr,
+    .tp_as_sequence = &lines_as_sequence,
+    .tp_as_mapping = &lines_as_mapping,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_richcompare = lines_richcompare,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A sequence of LogLines, each made when first asked for (see scan).",
+};
+
+/* join(parts) -> the LogLines of every part, in order: one Lines when a part is a Lines (the
+ * parts kept alive by it), else a tuple. */
+static PyObject *join(PyObject *self, PyObject *arg) {
+    PyObject *parts = PySequence_Tuple(arg);
+    if (parts == NULL) return NULL;
+    Py_ssize_t n = 0, np = PyTuple_GET_SIZE(parts);
+    Lines *first = NULL, *out = NULL;
+    for (Py_ssize_t k = 0; k < np; k++) {
+        PyObject *p = PyTuple_GET_ITEM(parts, k);
+        if (Py_TYPE(p) == &LinesType && first == NULL) first = (Lines *)p;
+        Py_ssize_t len = PyObject_Length(p);
+        if (len < 0) goto fail;
+        n += len;
+    }
+    if (first == NULL) { /* only LogLines made already */
+        PyObject *all = PyList_New(0);
+        for (Py_ssize_t k = 0; all != NULL && k < np; k++) {
+            PyObject *r = PySequence_InPlaceConcat(all, PyTuple_GET_ITEM(parts, k));
+            if (r == NULL) Py_CLEAR(all);
+            Py_XDECREF(r);
+        }
+        Py_DECREF(parts);
+        if (all == NULL) return NULL;
+        PyObject *t = PyList_AsTuple(all);
+        Py_DECREF(all);
+        return t;
+    }
+    if ((out = lines_new(n, first->node, first->line_type, first->empty)) == NULL) goto fail;
+    for (Py_ssize_t k = 0; k < np; k++) {
+        PyObject *p = PyTuple_GET_ITEM(parts, k);
+        if (Py_TYPE(p) == &LinesType) {
+            Lines *l = (Lines *)p;
+            for (Py_ssize_t j = 0; j < l->n && out->n < n; j++) {
+                out->items[out->n] = l->items[j];
+                Py_XINCREF(l->items[j].obj);
+                out->n++;
+            }
+            continue;
+        }
+        PyObject *seq = PySequence_Fast(p, "join() takes sequences of LogLines");
+        if (seq == NULL) goto fail;
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq) && out->n < n; j++) {
+            Item *it = &out->items[out->n++];
+            memset(it, 0, sizeof *it);
+            it->obj = Py_NewRef(PySequence_Fast_GET_ITEM(seq, j));
+        }
+        Py_DECREF(seq);
+    }
+    out->owners = parts; /* the Lines parts hold the buffers the items point into */
+    return (PyObject *)out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(parts);
+    return NULL;
+}
+
+/* Newlines in a buffer: 16 bytes a step, each match subtracting -1 from a byte counter that is
+ * summed (psadbw) before it can wrap. */
+static Py_ssize_t count_newlines(const char *s, Py_ssize_t n) {
+    Py_ssize_t count = 0, i = 0;
+#if defined(__SSE2__)
+    const __m128i nl = _mm_set1_epi8('\n'), zero = _mm_setzero_si128();
+    while (i + 16 <= n) {
+        __m128i acc = _mm_setzero_si128();
+        for (int k = 0; k < 255 && i + 16 <= n; k++, i += 16)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + i)), nl));
+        __m128i sums = _mm_sad_epu8(acc, zero);
+        count += _mm_cvtsi128_si32(sums) + _mm_cvtsi128_si32(_mm_srli_si128(sums, 8));
+    }
+#endif
+    for (; i < n; i++) count += s[i] == '\n';
+    return count;
+}
+
+/* The start of every line holding a keyword, in order, in one pass over the buffer: a
+ * Wu-Manber search (Horspool's skip over all keywords at once, on two-byte blocks), which
+ * looks at a small fraction of the bytes where a memmem per keyword would read them all once
+ * per keyword. Counts the buffer's newlines too (between the lines found, and one for each of
+ * them, whose ends are found anyway). Returns the number of starts written, or -1 on a memory
+ * error. Needs no GIL. */
+static Py_ssize_t keyword_starts(const char *s, Py_ssize_t n, const char *const *kws,
+                                 const Py_ssize_t *lens, int nkw, Py_ssize_t m,
+                                 Py_ssize_t **starts_out, Py_ssize_t *newlines) {
+    Py_ssize_t cap = 1024, count = 0, counted = 0; /* newlines counted in s[0:counted] */
+    unsigned char *shift = PyMem_RawMalloc(65536);
+    Py_ssize_t *starts = PyMem_RawMalloc(cap * sizeof(Py_ssize_t));
+    *newlines = 0;
+    if (shift == NULL || starts == NULL) goto nomem;
+    unsigned char most = m - 1 > 255 ? 255 : (unsigned char)(m - 1);
+    memset(shift, most, 65536);
+    for (int k = 0; k < nkw; k++)
+        for (Py_ssize_t j = 1; j < m; j++) {
+            unsigned h = (unsigned char)kws[k][j - 1] << 8 | (unsigned char)kws[k][j];
+            if (m - 1 - j < shift[h]) shift[h] = (unsigned char)(m - 1 - j);
+        }
+    Py_ssize_t pos = m - 1;
+    while (pos < n) {
+        unsigned char d = shift[(unsigned char)s[pos - 1] << 8 | (unsigned char)s[pos]];
+        if (d) {
+            pos += d;
+            continue;
+        }
+        Py_ssize_t w = pos - m + 1;
+        int hit = 0;
+        for (int k = 0; k < nkw && !hit; k++)
+            hit = w + lens[k] <= n && s[w] == kws[k][0] && s[w + 1] == kws[k][1] &&
+                  memcmp(s + w, kws[k], (size_t)lens[k]) == 0;
+        if (!hit) {
+            pos++;
+            continue;
+        }
+        const char *nl = memrchr(s + counted, '\n', (size_t)(w - counted));
+        if (count == cap) {
+            Py_ssize_t *more = PyMem_RawRealloc(starts, 2 * cap * sizeof(Py_ssize_t));
+            if (more == NULL) goto nomem;
+            starts = more, cap *= 2;
+        }
+        Py_ssize_t start = nl == NULL ? counted : nl - s + 1;
+        starts[count++] = start;
+        *newlines += count_newlines(s + counted, start - counted);
+        const char *eol = memchr(s + w, '\n', (size_t)(n - w));
+        if (eol == NULL) {
+            counted = n;
+            break;
+        }
+        *newlines += 1;
+        counted = eol - s + 1;
+        pos = counted + m - 1; /* the next line's first window */
+    }
+    *newlines += count_newlines(s + counted, n - counted);
+    PyMem_RawFree(shift);
+    *starts_out = starts;
+    return count;
+nomem:
+    PyMem_RawFree(shift);
+    PyMem_RawFree(starts);
+    return -1;
+}
+
+/* A tuple subclass laid out as a tuple (a NamedTuple), which tp_alloc can make directly. */
+static int is_plain_tuple_type(PyObject *t) {
+    if (!PyType_Check(t)) return 0;
+    PyTypeObject *type = (PyTypeObject *)t;
+    return PyType_IsSubtype(type, &PyTuple_Type) &&
+           type->tp_basicsize == PyTuple_Type.tp_basicsize &&
+           type->tp_itemsize == PyTuple_Type.tp_itemsize;
+}
+
+/* An int argument as a C value, clamped to [lo, hi] (a huge since_us or max_line is no error);
+ * 0, or -1 with TypeError for anything but an int. */
+static int clamped(PyObject *v, const char *what, long long lo, long long hi, long long *out) {
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "scan() %s must be an int", what);
+        return -1;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    *out = overflow < 0 ? lo : overflow > 0 ? hi : x < lo ? lo : x > hi ? hi : x;
+    return 0;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    PyObject *keywords, *node, *since_arg, *max_arg, *out = NULL, *lines = NULL, *empty = NULL;
+    PyObject *last_pid = NULL;
+    long long last_pid_value = 0, since_us, max_line;
+    PyTypeObject *line_type;
+    Py_ssize_t *starts = NULL;
+    Found *found = NULL; /* per line: decoded, or to hand back raw */
+    const char *kws[64];
+    Py_ssize_t lens[64], m = PY_SSIZE_T_MAX;
+    if (!PyArg_ParseTuple(args, "y*O!UOO!O:scan", &data, &PyTuple_Type, &keywords, &node,
+                          &since_arg, &PyType_Type, &line_type, &max_arg))
+        return NULL;
+    if (clamped(since_arg, "since_us", LLONG_MIN, LLONG_MAX, &since_us) < 0 ||
+        clamped(max_arg, "max_line", -1, PY_SSIZE_T_MAX, &max_line) < 0)
+        goto fail;
+    if (!is_plain_tuple_type((PyObject *)line_type)) {
+        PyErr_SetString(PyExc_TypeError, "scan() needs a NamedTuple type for its lines");
+        goto fail;
+    }
+    int nkw = (int)PyTuple_GET_SIZE(keywords);
+    if (nkw < 1 || nkw > 64) {
+        PyErr_SetString(PyExc_ValueError, "scan() takes 1 to 64 keywords");
+        goto fail;
+    }
+    for (int k = 0; k < nkw; k++) {
+        PyObject *kw = PyTuple_GET_ITEM(keywords, k);
+        if (!PyBytes_Check(kw) || PyBytes_GET_SIZE(kw) < 2 ||
+            memchr(PyBytes_AS_STRING(kw), '\n', (size_t)PyBytes_GET_SIZE(kw))) {
+            PyErr_SetString(PyExc_ValueError, "keywords must be bytes of 2 or more, no newline");
+            goto fail;
+        }
+        kws[k] = PyBytes_AS_STRING(kw), lens[k] = PyBytes_GET_SIZE(kw);
+        if (lens[k] < m) m = lens[k];
+    }
+    const char *buf = data.buf;
+    Py_ssize_t n = data.len;
+    Py_ssize_t count, newlines;
+    Py_BEGIN_ALLOW_THREADS /* the bytes object cannot change: search and decode in parallel */
+    count = keyword_starts(buf, n, kws, lens, nkw, m, &starts, &newlines);
+    if (count > 0 && (found = PyMem_RawMalloc((size_t)count * sizeof(Found))) == NULL)
+        count = -1;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        const char *line = buf + starts[j];
+        const char *eol = memchr(line, '\n', (size_t)(n - starts[j]));
+        Py_ssize_t len = eol == NULL ? n - starts[j] : eol - line;
+        found[j].len = len;
+        Found *d = &found[j];
+        d->ok = len <= max_line && (is_digit(line[0])   ? decode_short(line, len, d)
+                                    : line[0] == '{' ? decode_json(line, len, d)
+                                                     : 0);
+        d->has_tok = d->ok && !(d->shape == SHAPE_JSON && d->msg_esc) &&
+                     bytes_token(line + d->msg, d->end - d->msg, &d->tok);
+    }
+    Py_END_ALLOW_THREADS
+    if (count < 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    Py_ssize_t raw = 0;
+    empty = PyUnicode_New(0, 0);
+    if (empty == NULL) goto fail;
+    for (Py_ssize_t j = 0; j < count; j++) raw += !found[j].ok;
+    if (raw == 0) { /* every line decoded (the usual case): a Lines holding the bytes */
+        Lines *l = lines_new(count, node, (PyObject *)line_type, empty);
+        if (l == NULL) goto fail;
+        for (Py_ssize_t j = 0; j < count && l != NULL; j++) {
+            Item *it = &l->items[l->n];
+            if (found[j].time_us < since_us) continue;
+            it->obj = NULL, it->line = buf + starts[j], it->d = found[j];
+            l->n++;
+            if (it->d.shape == SHAPE_JSON && (it->d.msg_esc || it->d.cur_esc)) {
+                /* made now: should the decoder refuse it after all, it is handed back raw */
+                it->obj = log_line(line_type, node, empty, &l->last_pid, &l->last_pid_value,
+                                   it->line, &it->d);
+                if (it->obj == NULL) {
+                    l->n--;
+                    Py_CLEAR(l);
+                    if (PyErr_ExceptionMatches(PyExc_MemoryError)) goto fail;
+                    PyErr_Clear();
+                }
+            }
+        }
+        if (l != NULL) {
+            if (l->n > 0) { /* the items point into the bytes: the Lines holds them */
+                l->view = data, l->has_view = 1;
+                data.obj = NULL, data.buf = NULL;
+            }
+            out = Py_BuildValue("(Nnn)", (PyObject *)l, newlines, (Py_ssize_t)0);
+            goto fail; /* (the common exit) */
+        }
+    }
+    raw = 0;
+    lines = PyList_New(0);
+    if (lines == NULL) goto fail;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        const char *line = buf + starts[j];
+        const Found *d = &found[j];
+        PyObject *item = NULL;
+        if (d->ok) {
+            if (d->time_us < since_us) continue;
+            item = log_line(line_type, node, empty, &last_pid, &last_pid_value, line, d);
+            if (item == NULL && !PyErr_ExceptionMatches(PyExc_MemoryError))
+                PyErr_Clear(); /* (validated, so never) the decoder's to judge: raw */
+            else if (item == NULL)
+                goto fail;
+        }
+        if (item == NULL) {
+            item = PyBytes_FromStringAndSize(line, d->len);
+            raw++;
+        }
+        if (item == NULL) goto fail;
+        int bad = PyList_Append(lines, item);
+        Py_DECREF(item);
+        if (bad) goto fail;
+    }
+    out = Py_BuildValue("(Nnn)", lines, newlines, raw);
+    lines = NULL;
+fail:
+    Py_XDECREF(lines);
+    Py_XDECREF(empty);
+    Py_XDECREF(last_pid);
+    PyMem_RawFree(found);
+    PyMem_RawFree(starts);
+    if (data.obj != NULL) PyBuffer_Release(&data);
+    return out;
+}
+
+/* ---- tokenize: era C/D slot lines --------------------------------------------------------- */
+
+
+typedef struct {
+    const char *s;
+    Py_ssize_t n, i;
+} Cursor;
+
+static int lit(Cursor *c, const char *text) {
+    size_t k = strlen(text);
+    if ((size_t)(c->n - c->i) < k || memcmp(c->s + c->i, text, k) != 0) return 0;
+    c->i += (Py_ssize_t)k;
+    return 1;
+}
+
+static Py_ssize_t spaces(Cursor *c) {
+    Py_ssize_t from = c->i;
+    while (c->i < c->n && c->s[c->i] == ' ') c->i++;
+    return c->i - from;
+}
+
+/* a non-negative decimal of at most `most` digits */
+static int number(Cursor *c, int most, long long *out) {
+    Py_ssize_t from = c->i;
+    long long v = 0;
+    while (c->i < c->n && is_digit(c->s[c->i])) {
+        if (c->i - from >= most) return 0;
+        v = v * 10 + (c->s[c->i++] - '0');
+    }
+    *out = v;
+    return c->i > from;
+}
+
+/* `6739.60` -> microseconds, as parse.ms_to_us; 0 when not that shape or out of range */
+static int duration(Cursor *c, long long *us) {
+    long long whole, v = 0;
+    if (!number(c, 12, &whole)) return 0;
+    v = whole * 1000;
+    if (c->i < c->n && c->s[c->i] == '.') {
+        c->i++;
+        Py_ssize_t from = c->i;
+        long long scale = 100;
+        while (c->i < c->n && is_digit(c->s[c->i])) {
+            Py_ssize_t k = c->i - from;
+            if (k < 3) v += (c->s[c->i] - '0') * scale, scale /= 10;
+            else if (k == 3 && c->s[c->i] >= '5') v += 1;
+            c->i++;
+        }
+        if (c->i == from) return 0;
+    }
+    *us = v;
+    return v <= MAX_DURATION_US;
+}
+
+/* `= 6739.60 ms / 2430 tokens` (or `runs` when `runs` is allowed) after a `... time` */
+static int timing(Cursor *c, int runs, long long *us, long long *count) {
+    spaces(c);
+    if (!lit(c, "=")) return 0;
+    spaces(c);
+    if (!duration(c, us) || spaces(c) == 0 || !lit(c, "ms")) return 0;
+    spaces(c);
+    if (!lit(c, "/")) return 0;
+    spaces(c);
+    if (!number(c, 10, count) || *count > MAX_TOKENS || spaces(c) == 0) return 0;
+    return lit(c, "tokens") || (runs && lit(c, "runs"));
+}
+
+/* `what` within the short s[0:n]: memchr for its first byte, then compare (no setup cost) */
+static int contains(const char *s, Py_ssize_t n, const char *what) {
+    size_t k = strlen(what);
+    const char *end = s + n, *p = s;
+    while ((size_t)(end - p) >= k && (p = memchr(p, what[0], (size_t)(end - p) - k + 1))) {
+        if (memcmp(p, what, k) == 0) return 1;
+        p++;
+    }
+    return 0;
+}
+
+static PyObject *kinds[RELEASE + 1]; /* the kind numbers as ints, made once */
+
+static PyObject *token(int kind, long long slot, long long task, long long us, long long count) {
+    PyObject *t = PyTuple_New(5);
+    if (t == NULL) return NULL;
+    Py_INCREF(kinds[kind]);
+    PyTuple_SET_ITEM(t, 0, kinds[kind]);
+    long long values[4] = {slot, task, us, count};
+    int numbers = kind == OTHER ? 0 : (kind == PROMPT || kind == EVAL || kind == TOTAL) ? 4 : 2;
+    for (int j = 0; j < 4; j++) {
+        PyObject *v = j < numbers ? PyLong_FromLongLong(values[j]) : Py_NewRef(Py_None);
+        if (v == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, j + 1, v);
+    }
+    return t;
+}
+
+
+/* 1 and `t` filled when `msg` is a common era C/D slot line read exactly as parse.tokenize
+ * reads it; 0 to hand it back to the reference. */
+static int ascii_token(const char *s, Py_ssize_t n, Tok *t);
+
+static int read_token(PyObject *msg, Tok *t) {
+    /* an exact, ready, ASCII str (a subclass may read differently: the reference's) */
+    if (!PyUnicode_CheckExact(msg)) return 0;
+#if PY_VERSION_HEX < 0x030C0000 /* (3.12 has no legacy strings) */
+    if (PyUnicode_READY(msg) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+#endif
+    if (!PyUnicode_IS_ASCII(msg)) return 0;
+    return ascii_token((const char *)PyUnicode_1BYTE_DATA(msg), PyUnicode_GET_LENGTH(msg), t);
+}
+
+/* read_token on a message's bytes: the same answer, as its str is ASCII and equal to them. */
+static int bytes_token(const char *s, Py_ssize_t n, Tok *t) {
+    uint64_t high = 0;
+    Py_ssize_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t w;
+        memcpy(&w, s + k, 8);
+        high |= w;
+    }
+    for (; k < n; k++) high |= (unsigned char)s[k];
+    return (high & 0x8080808080808080ULL) == 0 && ascii_token(s, n, t);
+}
+
+/* read_token on ASCII text s[0:n]. */
+static int ascii_token(const char *s, Py_ssize_t n, Tok *t) {
+    Cursor c = {s, n, 0};
+    /* an optional log prefix of digits, dots, spaces and level letters (`50.10.605.993 I `,
+     * or the wall clock's `2025-11-15 14:23:35.060 I `) */
+    while (c.i < c.n && (is_digit(c.s[c.i]) || c.s[c.i] == '.' || c.s[c.i] == ' ' ||
+                         c.s[c.i] == '-' || c.s[c.i] == ':' ||
+                         (c.s[c.i] >= 'A' && c.s[c.i] <= 'Z')))
+        c.i++;
+    if (!lit(&c, "slot") || spaces(&c) == 0) return 0;
+    int name;
+    if (lit(&c, "print_timing:")) name = HEADER;
+    else if (lit(&c, "launch_slot_:")) name = LAUNCH;
+    else if (lit(&c, "release:")) name = RELEASE;
+    else return 0;
+    t->us = t->count = 0;
+    if (!lit(&c, " id") || spaces(&c) == 0 || !number(&c, 9, &t->slot) || !lit(&c, " | task ") ||
+        !number(&c, 9, &t->task) || !lit(&c, " |"))
+        return 0;
+    const char *rest = c.s + c.i;
+    Py_ssize_t rest_n = c.n - c.i;
+    for (Py_ssize_t k = 0; k < rest_n; k++)
+        if ((unsigned char)rest[k] < 0x20 || rest[k] == 0x7f) return 0; /* odd whitespace */
+    spaces(&c);
+    if (name == HEADER) {
+        if (c.i == c.n) return t->kind = HEADER, 1;
+        int kind = lit(&c, "prompt eval time") ? PROMPT
+                   : lit(&c, "eval time")      ? EVAL
+                   : lit(&c, "total time")     ? TOTAL
+                                               : OTHER;
+        if (kind == OTHER) {
+            if (contains(rest, rest_n, "time") || contains(rest, rest_n, "launch_slot_") ||
+                contains(rest, rest_n, "release"))
+                return 0;
+            return t->kind = OTHER, 1;
+        }
+        if (!timing(&c, kind == EVAL, &t->us, &t->count)) return 0;
+        /* a later `total time` or `prompt eval time` would change what the reference reads */
+        if (kind != TOTAL && contains(c.s + c.i, c.n - c.i, "time")) return 0;
+        return t->kind = kind, 1;
+    }
+    if (contains(rest, rest_n, "time")) return 0;
+    if (name == LAUNCH) {
+        if (contains(rest, rest_n, "processing task")) {
+            /* an n_cmpl child (`is_child = 1`) is the reference's */
+            for (Py_ssize_t k = 0; k + 11 <= rest_n; k++)
+                if (memcmp(rest + k, "is_child = ", 11) == 0)
+                    for (Py_ssize_t j = k + 11; j < rest_n && is_digit(rest[j]); j++)
+                        if (rest[j] != '0') return 0;
+            return t->kind = LAUNCH, 1;
+        }
+        if (contains(rest, rest_n, "stop processing")) return 0;
+        return t->kind = OTHER, 1;
+    }
+    /* `release`: a stop line when it says so; anything else is for the reference to judge */
+    if (contains(rest, rest_n, "launch_slot_") || !contains(rest, rest_n, "stop processing"))
+        return 0;
+    return t->kind = RELEASE, 1;
+}
+
+static PyObject *tokenize(PyObject *self, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) { /* (a str subclass is handed back: None) */
+        PyErr_SetString(PyExc_TypeError, "tokenize() takes a str");
+        return NULL;
+    }
+    Tok t;
+    if (!read_token(arg, &t)) Py_RETURN_NONE;
+    return token(t.kind, t.slot, t.task, t.us, t.count);
+}
+
+/* ---- feed: Parser.feed_all's state machine for runs of common lines ------------------------ */
+
+/* Parser.block as C values: `any` 0 for _NO_BLOCK; each field with its `has` bit (None: 0). */
+enum { B_SLOT, B_TASK, B_PROMPT_US, B_PROMPT_TOKENS, B_GENERATION_US, B_GENERATED_TOKENS };
+static const char *const block_fields[6] = {
+    "slot", "task", "prompt_us", "prompt_tokens", "generation_us", "generated_tokens"};
+typedef struct {
+    int any, has[6];
+    long long v[6];
+} Block;
+
+/* The parser's block into `b`: 1, or 0 when a field is no int that fits (feed hands back). */
+static int block_in(PyObject *block, PyObject *no_block, Block *b) {
+    memset(b, 0, sizeof *b);
+    if (block == no_block) return 1;
+    b->any = 1;
+    for (int f = 0; f < 6; f++) {
+        PyObject *v = PyObject_GetAttrString(block, block_fields[f]);
+        if (v == NULL) return -1;
+        if (v != Py_None) {
+            int overflow = 0;
+            b->v[f] = PyLong_Check(v) ? PyLong_AsLongLongAndOverflow(v, &overflow) : 0;
+            b->has[f] = 1;
+            if (!PyLong_Check(v) || overflow || (b->v[f] == -1 && PyErr_Occurred())) {
+                Py_DECREF(v);
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        Py_DECREF(v);
+    }
+    return 1;
+}
+
+static PyObject *opt_int(int has, long long v) {
+    return has ? PyLong_FromLongLong(v) : Py_NewRef(Py_None);
+}
+
+/* `b` back into the parser: _NO_BLOCK, or a new _Block(slot, task, ...). 0, or -1 on error. */
+static int block_out(PyObject *parser, const Block *b, PyObject *block_type, PyObject *no_block) {
+    PyObject *block;
+    if (!b->any) {
+        block = Py_NewRef(no_block);
+    } else {
+        PyObject *args = PyTuple_New(6);
+        if (args == NULL) return -1;
+        for (int f = 0; f < 6; f++) {
+            PyObject *v = opt_int(b->has[f], b->v[f]);
+            if (v == NULL) {
+                Py_DECREF(args);
+                return -1;
+            }
+            PyTuple_SET_ITEM(args, f, v);
+        }
+        block = PyObject_Call(block_type, args, NULL);
+        Py_DECREF(args);
+        if (block == NULL) return -1;
+    }
+    int bad = PyObject_SetAttrString(parser, "block", block);
+    Py_DECREF(block);
+    return bad;
+}
+
+/* A new tuple of `type` (a NamedTuple: its __new__ does no more) holding `items`, stolen. */
+static PyObject *record(PyTypeObject *type, PyObject **items, Py_ssize_t n) {
+    PyObject *r = NULL;
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (items[j] == NULL) goto fail;
+    if ((r = type->tp_alloc(type, n)) == NULL) goto fail;
+    for (Py_ssize_t j = 0; j < n; j++) PyTuple_SET_ITEM(r, j, items[j]);
+    return r;
+fail:
+    for (Py_ssize_t j = 0; j < n; j++) Py_XDECREF(items[j]);
+    return NULL;
+}
+
+static PyObject *pair(long long a, long long b) {
+    PyObject *x = PyLong_FromLongLong(a), *y = PyLong_FromLongLong(b);
+    if (x == NULL || y == NULL) {
+        Py_XDECREF(x), Py_XDECREF(y);
+        return NULL;
+    }
+    PyObject *t = PyTuple_Pack(2, x, y);
+    Py_DECREF(x), Py_DECREF(y);
+    return t;
+}
+
+/* 1 when dict `d` has the int key `k`, 0 when not, -1 on an error. */
+static int has_int_key(PyObject *d, long long k) {
+    PyObject *key = PyLong_FromLongLong(k);
+    if (key == NULL) return -1;
+    int r = PyDict_Contains(d, key);
+    Py_DECREF(key);
+    return r;
+}
+
+/* 1 when a launch of (slot, task) takes nothing from `started` (no other task of that slot in
+ * it, and room for it within `bound`), 0 when it would, -1 on an error. */
+static int launch_fits(PyObject *started, long long slot, long long task, Py_ssize_t bound) {
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    int there = 0;
+    while (PyDict_Next(started, &pos, &key, &value)) {
+        if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2) return 0;
+        PyObject *s = PyTuple_GET_ITEM(key, 0), *k = PyTuple_GET_ITEM(key, 1);
+        if (!PyLong_CheckExact(s) || !PyLong_CheckExact(k)) return 0;
+        int over = 0;
+        long long sv = PyLong_AsLongLongAndOverflow(s, &over);
+        long long kv = over ? 0 : PyLong_AsLongLongAndOverflow(k, &over);
+        if (over || PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (sv == slot) {
+            if (kv != task) return 0;
+            there = 1;
+        }
+    }
+    return there || PyDict_GET_SIZE(started) < bound;
+}
+
+/* One common line's token applied as Parser.feed_all applies it: 1 done, 0 hand back (the line
+ * would add a pending stop, which Python decides), -1 on error. */
+static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyObject *node,
+                 Block *b, PyObject *started, PyObject *last_timed, PyObject *marks,
+                 PyObject *const *types, Py_ssize_t max_started, PyObject *out) {
+    int matches = (!b->has[B_TASK] || b->v[B_TASK] == t->task) &&
+                  (!b->has[B_SLOT] || b->v[B_SLOT] == t->slot);
+    switch (t->kind) {
+    case PROMPT:
+    case EVAL: {
+        if (!b->any || !matches) memset(b, 0, sizeof *b), b->any = 1;
+        b->v[B_SLOT] = t->slot, b->v[B_TASK] = t->task, b->has[B_SLOT] = b->has[B_TASK] = 1;
+        int f = t->kind == PROMPT ? B_PROMPT_US : B_GENERATION_US;
+        b->v[f] = t->us, b->v[f + 1] = t->count, b->has[f] = b->has[f + 1] = 1;
+        return 1;
+    }
+    case TOTAL: {
+        if (PyDict_GET_SIZE(last_timed) > max_started) return 0; /* (a bound that shrank) */
+        if (PyDict_GET_SIZE(last_timed) == max_started) { /* a new slot beyond the bound? */
+            int known = has_int_key(last_timed, t->slot);
+            if (known <= 0) return known; /* (Python forgets one: the reference's to do) */
+        }
+        Block used = *b;
+        if (!b->any || !matches) memset(&used, 0, sizeof used);
+        memset(b, 0, sizeof *b);
+        PyObject *key = pair(t->slot, t->task);
+        if (key == NULL) return -1;
+        int launched = PyDict_Contains(started, key); /* started.pop(key, None) */
+        int bad = launched == 1 ? PyDict_DelItem(started, key) : launched;
+        Py_DECREF(key);
+        if (bad < 0) return -1;
+        if (PyDict_GET_SIZE(marks)) { /* marks.pop(task, None): a timed task is no cancel */
+            PyObject *task_key = PyLong_FromLongLong(t->task);
+            int marked = task_key == NULL ? -1 : PyDict_Contains(marks, task_key);
+            bad = marked == 1 ? PyDict_DelItem(marks, task_key) : marked;
+            Py_XDECREF(task_key);
+            if (bad < 0) return -1;
+        }
+        PyObject *slot = PyLong_FromLongLong(t->slot), *task = PyLong_FromLongLong(t->task);
+        if (slot == NULL || task == NULL || PyDict_SetItem(last_timed, slot, task) < 0) {
+            Py_XDECREF(slot), Py_XDECREF(task);
+            return -1;
+        }
+        PyObject *items[13] = {
+            Py_NewRef(node),
+            PyLong_FromLongLong(end - t->us), /* end in range, us <= a week: no overflow */
+            time != NULL ? Py_NewRef(time) : PyLong_FromLongLong(end),
+            PyLong_FromLongLong(t->count),
+            opt_int(used.has[B_PROMPT_TOKENS], used.v[B_PROMPT_TOKENS]),
+            opt_int(used.has[B_GENERATED_TOKENS], used.v[B_GENERATED_TOKENS]),
+            opt_int(used.has[B_PROMPT_US], used.v[B_PROMPT_US]),
+            opt_int(used.has[B_GENERATION_US], used.v[B_GENERATION_US]),
+            slot,
+            task,
+            Py_NewRef(pid),
+            Py_NewRef(types[2]), /* reason: a timed request */
+            Py_NewRef(types[2]), /* model: none */
+        };
+        PyObject *iv = record((PyTypeObject *)types[0], items, 13);
+        if (iv == NULL) return -1;
+        bad = PyList_Append(out, iv);
+        Py_DECREF(iv);
+        return bad ? -1 : 1;
+    }
+    case LAUNCH: {
+        /* a request still on this slot is lost, and so is the oldest beyond the bound: both
+         * for the reference to say (only a launch on a free slot, within it, is done here) */
+        int fits = launch_fits(started, t->slot, t->task, max_started);
+        if (fits <= 0) return fits;
+        PyObject *key = pair(t->slot, t->task);
+        PyObject *at = time != NULL ? Py_NewRef(time) : PyLong_FromLongLong(end);
+        int bad = key == NULL || at == NULL || PyDict_SetItem(started, key, at) < 0;
+        Py_XDECREF(key);
+        if (bad) {
+            Py_XDECREF(at);
+            return -1;
+        }
+        PyObject *items[8] = {
+            Py_NewRef(node), at, Py_NewRef(types[1]), Py_NewRef(pid),
+            PyLong_FromLongLong(t->slot), PyLong_FromLongLong(t->task), Py_NewRef(types[2]),
+            Py_NewRef(types[2]),
+        };
+        PyObject *ev = record((PyTypeObject *)types[3], items, 8);
+        if (ev == NULL) return -1;
+        bad = PyList_Append(out, ev);
+        Py_DECREF(ev);
+        return bad ? -1 : 1;
+    }
+    case RELEASE: { /* a pending stop when launched here and not yet timed: Python's to add */
+        PyObject *key = pair(t->slot, t->task), *slot = PyLong_FromLongLong(t->slot);
+        if (key == NULL || slot == NULL) {
+            Py_XDECREF(key), Py_XDECREF(slot);
+            return -1;
+        }
+        int launched = PyDict_Contains(started, key);
+        PyObject *timed = launched == 1 ? PyDict_GetItemWithError(last_timed, slot) : NULL;
+        Py_DECREF(key), Py_DECREF(slot);
+        if (launched < 0 || PyErr_Occurred()) return -1;
+        if (launched == 0) return 1;
+        if (timed == NULL || !PyLong_CheckExact(timed)) return 0;
+        int overflow = 0;
+        long long timed_task = PyLong_AsLongLongAndOverflow(timed, &overflow);
+        if (overflow || (timed_task == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        return timed_task == t->task ? 1 : 0;
+    }
+    case HEADER:
+        memset(b, 0, sizeof *b), b->any = 1;
+        b->v[B_SLOT] = t->slot, b->v[B_TASK] = t->task, b->has[B_SLOT] = b->has[B_TASK] = 1;
+        return 1;
+    default: /* OTHER */
+        return 1;
+    }
+}
+
+/* One line of feed's input as feed reads it: 1 and the fields filled when it is a LogLine (or
+ * a Lines item) of a time and PID that fit, the time in range, and a common line; else 0. The
+ * `time` and `pid` objects are borrowed, `time` NULL where the line is not made yet (`pid` then
+ * the parser's own when the values match, or 0). */
+typedef struct {
+    Tok tok;
+    long long time_us, pid;
+    PyObject *time, *pid_obj;
+} Read;
+
+static int read_tuple(PyObject *line, Read *r) {
+    if (!PyTuple_Check(line) || PyTuple_CheckExact(line) || PyTuple_GET_SIZE(line) != 5) return 0;
+    PyObject *msg = PyTuple_GET_ITEM(line, 4), *pid = PyTuple_GET_ITEM(line, 3);
+    PyObject *time = PyTuple_GET_ITEM(line, 1);
+    if (!PyLong_CheckExact(time) || !PyLong_CheckExact(pid)) return 0;
+    int time_over = 0, pid_over = 0;
+    r->time_us = PyLong_AsLongLongAndOverflow(time, &time_over);
+    r->pid = PyLong_AsLongLongAndOverflow(pid, &pid_over);
+    if (PyErr_Occurred()) { /* (exact ints: never) */
+        PyErr_Clear();
+        return 0;
+    }
+    if (time_over || pid_over || r->time_us < MIN_TIME_US || r->time_us > MAX_TIME_US) return 0;
+    r->time = time, r->pid_obj = pid;
+    return read_token(msg, &r->tok);
+}
+
+static int read_item(const Item *it, Read *r) {
+    const Found *d = &it->d; /* (an escaped JSON entry has no token: scan made its LogLine) */
+    if (d->time_us < MIN_TIME_US || d->time_us > MAX_TIME_US) return 0;
+    r->time_us = d->time_us, r->pid = d->pid, r->time = NULL, r->pid_obj = NULL;
+    r->tok = d->tok;
+    return d->has_tok;
+}
+
+/* feed(parser, lines, start, out, types, max_started) -> the index of the first line left to
+ * Python; lines a tuple of LogLines or a Lines. */
+static PyObject *feed(PyObject *self, PyObject *args) {
+    PyObject *parser, *lines, *out, *types;
+    Py_ssize_t start, max_started;
+    if (!PyArg_ParseTuple(args, "OOnO!O!n:feed", &parser, &lines, &start, &PyList_Type, &out,
+                          &PyTuple_Type, &types, &max_started))
+        return NULL;
+    int lazy = Py_TYPE(lines) == &LinesType;
+    if (!lazy && !PyTuple_Check(lines)) {
+        PyErr_SetString(PyExc_TypeError, "feed() takes a tuple of lines or a Lines");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(types) != 6) {
+        PyErr_SetString(PyExc_ValueError,
+                        "feed() types: (Interval, STARTED, '', Event, _Block, _NO_BLOCK)");
+        return NULL;
+    }
+    PyObject *ty[6];
+    for (int k = 0; k < 6; k++) ty[k] = PyTuple_GET_ITEM(types, k);
+    for (int k = 0; k < 4; k += 3)
+        if (!is_plain_tuple_type(ty[k])) {
+            PyErr_SetString(PyExc_TypeError, "feed() needs NamedTuple types for its records");
+            return NULL;
+        }
+    PyObject *block_type = ty[4], *no_block = ty[5];
+    Lines *ls = lazy ? (Lines *)lines : NULL;
+    Py_ssize_t n = lazy ? ls->n : PyTuple_GET_SIZE(lines), i = start;
+    if (start < 0 || start > n) {
+        PyErr_SetString(PyExc_IndexError, "feed() start out of range");
+        return NULL;
+    }
+    PyObject *node = PyObject_GetAttrString(parser, "node");
+    PyObject *pid = PyObject_GetAttrString(parser, "pid");
+    PyObject *started = PyObject_GetAttrString(parser, "started");
+    PyObject *last_timed = PyObject_GetAttrString(parser, "last_timed");
+    PyObject *block = PyObject_GetAttrString(parser, "block");
+    PyObject *marks = PyObject_GetAttrString(parser, "marks");
+    PyObject *zero = PyLong_FromLong(0);
+    int ok = -1, changed = 0, pid_over = 0;
+    long long pid_value = 0;
+    Block b;
+    if (node == NULL || pid == NULL || started == NULL || last_timed == NULL || block == NULL ||
+        marks == NULL || zero == NULL)
+        goto done;
+    if (!PyDict_CheckExact(started) || !PyDict_CheckExact(last_timed) ||
+        !PyDict_CheckExact(marks)) {
+        ok = 1; /* not what Parser holds: leave it all to Python */
+        goto done;
+    }
+    if (PyLong_CheckExact(pid)) pid_value = PyLong_AsLongLongAndOverflow(pid, &pid_over);
+    if (!PyLong_CheckExact(pid) || pid_over || PyErr_Occurred()) {
+        PyErr_Clear();
+        pid_over = 1; /* a lazy line is then the Python loop's (a tuple's compares as ever) */
+    }
+    if ((ok = block_in(block, no_block, &b)) != 1) goto done;
+    for (; i < n; i++) {
+        /* a LogLine whose time and PID are ints that fit, the time in range, and a common
+         * line; anything else is the Python loop's (which names a time out of range) */
+        Read r;
+        const Item *it = lazy ? &ls->items[i] : NULL;
+        PyObject *obj = lazy ? it->obj : PyTuple_GET_ITEM(lines, i);
+        if (!(obj != NULL ? read_tuple(obj, &r) : read_item(it, &r))) break;
+        if (r.pid_obj == NULL) { /* a line not made yet: its PID by value */
+            if (pid_over || (r.pid != pid_value && r.pid != 0)) break;
+            r.pid_obj = r.pid == 0 ? zero : pid;
+        } else if (r.pid_obj != pid) { /* another server (Python restarts), unless same or 0 */
+            int same = PyObject_RichCompareBool(r.pid_obj, pid, Py_EQ);
+            int is_zero = same == 1 ? 0 : PyObject_Not(r.pid_obj);
+            if (same < 0 || is_zero < 0) {
+                ok = -1;
+                break;
+            }
+            if (!same && !is_zero) break;
+        }
+        Block before = b;
+        int done = apply(&r.tok, r.time, r.time_us, r.pid_obj, node, &b, started, last_timed,
+                         marks, ty, max_started, out);
+        if (done <= 0) {
+            b = before;
+            if (done < 0) ok = -1;
+            break;
+        }
+        changed = 1;
+    }
+    if (changed && block_out(parser, &b, block_type, no_block) < 0) ok = -1;
+done:
+    Py_XDECREF(node), Py_XDECREF(pid), Py_XDECREF(started), Py_XDECREF(last_timed);
+    Py_XDECREF(block), Py_XDECREF(marks), Py_XDECREF(zero);
+    if (ok < 0) return NULL;
+    return PyLong_FromSsize_t(ok == 0 ? start : i);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(data, keywords, node, since_us, line_type, max_line) -> (lines, newlines, raw): the\n"
+     "lines of data holding a keyword, in order, each line_type(node, time_us, cursor, pid,\n"
+     "message) when it is a plain short-iso-precise line or a usual journal JSON entry of at\n"
+     "most max_line bytes (left out when older than since_us), else its bytes; and how many\n"
+     "newlines data holds, and how many of the lines are bytes."},
+    {"feed", feed, METH_VARARGS,
+     "feed(parser, lines, start, out, types, max_started) -> index: Parser.feed_all on\n"
+     "lines[start:] for as long as they are common era C/D slot lines of the parser's server\n"
+     "that add no pending stop, the records appended to out; the index of the first line\n"
+     "it leaves to Python (len(lines) when none)."},
+    {"join", join, METH_O,
+     "join(parts) -> the LogLines of the parts (Lines or sequences of LogLines) in order: a\n"
+     "Lines when one of them is a Lines, else a tuple."},
+    {"tokenize", tokenize, METH_O,
+     "tokenize(msg) -> parse.tokenize(msg) for the common era C and D slot lines, else None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "exporter.compiled._speedups",
+    .m_doc = "Compiled fast paths for line scanning and decoding, tokenizing and parsing "
+             "(see _speedups.c).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    init_json_stop();
+    for (int k = OTHER; k <= RELEASE; k++)
+        if ((kinds[k] = PyLong_FromLong(k)) == NULL) return NULL;
+    if (PyType_Ready(&LinesType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Lines", (PyObject *)&LinesType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

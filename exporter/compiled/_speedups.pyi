@@ -1,0 +1,42 @@
+"""Types of the compiled fast paths in `_speedups.c` (built by setup.py where a C compiler is).
+
+Each hands back what it does not read exactly (raw bytes, None, an index) and raises only on
+arguments of the wrong type: never on the bytes, text or line values it is given.
+"""
+
+from collections.abc import Sequence
+from typing import ClassVar, overload
+
+from exporter.base.records import LogLine
+
+class Lines(Sequence[LogLine]):
+    """A chunk's keyword lines, each LogLine made when first asked for."""
+
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def __len__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    @overload
+    def __getitem__(self, index: int, /) -> LogLine: ...
+    @overload
+    def __getitem__(self, index: slice, /) -> Sequence[LogLine]: ...
+
+def scan(
+    data: bytes,
+    keywords: tuple[bytes, ...],
+    node: str,
+    since_us: int,
+    line_type: type[LogLine],
+    max_line: int,
+    /,
+) -> tuple[Lines | list[bytes | LogLine], int, int]: ...
+def join(parts: Sequence[Sequence[LogLine]], /) -> Sequence[LogLine]: ...
+def tokenize(msg: str, /) -> tuple[int, int | None, int | None, int | None, int | None] | None: ...
+def feed(
+    parser: object,
+    lines: Sequence[LogLine],
+    start: int,
+    out: list[object],
+    types: tuple[object, ...],
+    max_started: int,
+    /,
+) -> int: ...

@@ -1,0 +1,1 @@
+"""The daemon: supervision, ingest, reload, checkpoint then publish, systemd status."""

@@ -1,0 +1,1 @@
+"""Exposition: the metric families and their renderers for /metrics."""

@@ -1,0 +1,1 @@
+"""Parsing: one node's journal lines in, request intervals and events out."""

@@ -1,0 +1,1 @@
+"""Reports: past windows as tables, JSON and OpenMetrics for backfill."""

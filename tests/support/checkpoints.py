@@ -1,0 +1,43 @@
+"""Checkpoint tests' shared parts: a manual clock, file modes, names in a checkpoint."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from exporter.accounting.accounting import (
+    SECOND,
+)
+from exporter.checkpoint.store import LOCK_NAME
+
+from support.dumps import END
+
+END_S = END // SECOND
+
+
+class ManualClock:
+    """A clock that moves only when told to (the daemons' `clock`)."""
+
+    def __init__(self, start_s: float) -> None:
+        self._now = start_s
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+    def set(self, now_s: float) -> None:
+        with self._lock:
+            assert now_s >= self._now, "the clock never goes back"
+            self._now = now_s
+
+
+def mode_of(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def names_in(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name != LOCK_NAME)  # (the daemon's)
