@@ -49,7 +49,8 @@ typecheck: venv
 
 # The suite (coverage printed at the end), then the parser, line-layer and reader tests once more
 # on the pure-Python references (the one switch, SMLLM_PURE_PYTHON=1), so they are proven too.
-PURE_TESTS ?= tests/unit/parse tests/unit/sources tests/unit/accounting \
+PURE_TESTS ?= tests/unit/parse tests/unit/sources tests/unit/accounting tests/unit/checkpoint \
+	tests/unit/ingest tests/unit/exposition/test_golden.py \
 	tests/integration/test_lines.py tests/integration/test_file_source.py \
 	tests/integration/test_daemon.py tests/hostile/test_parse_fuzz.py \
 	tests/hostile/test_file_source_hostile.py
@@ -69,9 +70,13 @@ test: lint typecheck pytest
 run: $(BASE)
 	$(BIN)/sm-llm-exporter demo --listen 127.0.0.1:10027
 
+# The benchmarks, each printing ratios to a baseline measured in the same run; AGAINST=REV also
+# times commit REV's ingest on the same dumps (built in a git worktree with its own venv).
+AGAINST ?=
+
 bench: venv deps
 	$(BIN)/python bench/report.py
-	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/ingest.py $(if $(AGAINST),--against $(AGAINST))
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/ssh.py
 	$(BIN)/python bench/soak.py

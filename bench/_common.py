@@ -8,7 +8,7 @@
 - `run_process`: a command timed from its start to its exit, output captured.
 - `ratio_table`: rows of seconds, rates and the ratio to a baseline measured in the same run,
   with a PASS or FAIL where a row has a goal.
-- `tuned_gc`: the garbage collector as the service runs it (`exporter.ingest.step.tune_gc`).
+- `tuned_gc`: the garbage collector as the service runs it (`exporter.ingest.memory.tune_gc`).
 - `profile`: cProfile of a callable, the top functions by own and by cumulative time.
 - `arguments`: the command line every benchmark takes (its size, `--repeat`, `--random-seed`).
 - `journal_remote`: journal export format into journal files, by systemd-journal-remote.
@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TextIO, TypeVar
 
-from exporter.ingest.step import tune_gc
+from exporter.ingest.memory import tune_gc
 
 T = TypeVar("T")
 JOURNAL_REMOTE = Path("/lib/systemd/systemd-journal-remote")  # Debian's systemd-journal-remote
+ROOT = Path(__file__).resolve().parent.parent  # this work tree
+PACKAGE = ROOT / "exporter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,16 +200,14 @@ def profile(fn: Callable[[], object], title: str, top: int = 15) -> str:
     return out.getvalue()
 
 
-def installed(cache: Path) -> dict[str, str]:
-    """The environment for our processes as an installed package runs them: the exporter's
-    modules compiled to bytecode once, into `cache` (PYTHONPYCACHEPREFIX, so the work tree gets
-    no __pycache__), and PYTHONDONTWRITEBYTECODE unset. Without it every process would compile
-    the modules from source at its start (what pip install does ahead of time)."""
-    import exporter
-
+def installed(cache: Path, python: str = sys.executable, package: Path = PACKAGE) -> dict[str, str]:
+    """The environment for the processes of `python` as an installed package runs them: the
+    exporter's modules (`package`) compiled to bytecode once, into `cache`
+    (PYTHONPYCACHEPREFIX, so the work tree gets no __pycache__), and PYTHONDONTWRITEBYTECODE
+    unset. Without it every process would compile the modules from source at its start (what
+    pip install does ahead of time)."""
     env = environment(PYTHONDONTWRITEBYTECODE=None, PYTHONPYCACHEPREFIX=str(cache))
-    package = Path(exporter.__file__).parent
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], env=env, check=True)
+    subprocess.run([python, "-m", "compileall", "-q", str(package)], env=env, check=True)
     return env
 
 

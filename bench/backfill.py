@@ -1,11 +1,14 @@
-"""Backfill of a long window: `report --format openmetrics` and `promtool tsdb create-blocks-from
-openmetrics`, each timed with its peak memory.
+"""Benchmark the backfill of a long window: the report's OpenMetrics, then promtool's blocks.
 
-A generated window (default 30 days) of three nodes with two slots each, era-D lines (launch,
-timing block, release; some cancels and errors) as short-iso-precise dumps; the report runs as
-its own process (python -m exporter report ... --output-dir), then promtool on each part file
-it wrote (one a two-hour block). Peak memory is each process's maximum resident set
-(getrusage of the children of a small wrapper, one wrapper a process).
+`report --format openmetrics` and `promtool tsdb create-blocks-from openmetrics`, each timed
+with its peak memory.
+
+A window (default 30 days) of the demo's three nodes (`exporter.commands.demo.node_lines`: the
+seed's workload, one request at a time per node, era-D lines: launch, timing block, release;
+now and then an embedding or a cancelled request) as short-iso-precise dumps; the report runs
+as its own process (sm-llm-exporter report ... --output-dir), then promtool on each part file it
+wrote (one a two-hour block). Peak memory is each process's maximum resident set (getrusage of
+the children of a small wrapper, one wrapper a process).
 
     .venv/bin/python bench/backfill.py [--days 30] [--step 15]
 """
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import subprocess
 import sys
@@ -23,18 +25,21 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _daemon import exporter_command
 
-from support.workload import generate, journal
+from exporter.base.times import SECOND
+from exporter.commands.demo import NODES, SEED, node_lines, short_iso
 
-SECOND = 1_000_000
-NODES = ("a", "b", "c")
+UNTIL_US = 1_790_000_000 * SECOND  # the window's end, long past
+DAY_US = 86_400 * SECOND
 WRAPPER = (
     "import resource, subprocess, sys, time; t = time.perf_counter(); "
     "r = subprocess.run(sys.argv[1:], capture_output=True); "
     "print(r.returncode, time.perf_counter() - t, "
     "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
 )
+MIB = 2**20
+KIB_PER_MIB = 1024
 
 
 def measured(argv: list[str]) -> tuple[float, float]:
@@ -45,53 +50,48 @@ def measured(argv: list[str]) -> tuple[float, float]:
     code, seconds, kib = out.stdout.split()
     if code != "0":
         raise SystemExit(f"{argv[0]} failed ({code}): {out.stderr[-2000:]}")
-    return float(seconds), int(kib) / 1024
+    return float(seconds), int(kib) / KIB_PER_MIB
 
 
-def short_iso(node: str, t_us: int, pid: int, message: str) -> str:
-    stamp = datetime.fromtimestamp(t_us // SECOND, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{t_us % SECOND:06d}+0000 {node} sm-llm[{pid}]: {message}\n"
+def stamp(t_us: int) -> str:
+    return datetime.fromtimestamp(t_us // SECOND, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def write_dumps(directory: Path, since_us: int, until_us: int) -> tuple[dict[str, Path], int, int]:
+    """Each demo node's lines of the window as a dump: the paths, the lines and the requests."""
+    paths, lines, requests = {}, 0, 0
+    for node in NODES:
+        paths[node] = directory / f"{node}.log"
+        with paths[node].open("w", encoding="utf-8") as f:
+            for line in node_lines(node, SEED, since_us, until_us):
+                f.write(short_iso(node, line) + "\n")
+                lines += 1
+                requests += "total time" in line.message
+    return paths, lines, requests
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--step", type=int, default=15, help="seconds")
     args = ap.parse_args()
     promtool = shutil.which("promtool")
     if promtool is None:
         raise SystemExit("promtool missing: `make test` as root installs Debian's prometheus")
-    until = 1_790_000_000 * SECOND
-    since = until - args.days * 86_400 * SECOND
+    since = UNTIL_US - args.days * DAY_US
     with tempfile.TemporaryDirectory(prefix="smllm-bench-backfill-") as tmp:
         work = Path(tmp)
         began = time.perf_counter()
-        reqs = generate(random.Random(30), NODES, since, until, slots=2, gap_s=30)
-        argv = [
-            sys.executable,
-            "-m",
-            "exporter",
-            "report",
-            "--since",
-            datetime.fromtimestamp(since // SECOND, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-            "--until",
-            datetime.fromtimestamp(until // SECOND, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-        ]
-        lines = 0
-        for node in NODES:
-            path = work / f"{node}.log"
-            with path.open("w", encoding="utf-8") as f:
-                for ln in journal(node, [r for r in reqs if r.node == node]):
-                    f.write(short_iso(node, ln.time_us, ln.pid, ln.message))
-                    lines += 1
-            argv += ["--input", f"{node}={path}"]
+        paths, lines, requests = write_dumps(work, since, UNTIL_US)
         made_s = time.perf_counter() - began
+        argv = [*exporter_command(), "report", "--since", stamp(since), "--until", stamp(UNTIL_US)]
+        argv += [a for node, path in paths.items() for a in ("--input", f"{node}={path}")]
         out = work / "om"
         report_s, report_mib = measured(
             [*argv, "--format", "openmetrics", "--step", f"{args.step}s", "--output-dir", str(out)]
         )
         parts = sorted(out.iterdir())
-        size_mib = sum(p.stat().st_size for p in parts) / 2**20
+        size_mib = sum(p.stat().st_size for p in parts) / MIB
         promtool_s, promtool_mib = 0.0, 0.0
         for part in parts:
             s, mib = measured(
@@ -102,7 +102,7 @@ def main() -> None:
         result = {
             "days": args.days,
             "nodes": len(NODES),
-            "requests": len(reqs),
+            "requests": requests,
             "journal_lines": lines,
             "step_seconds": args.step,
             "generated_seconds": round(made_s, 1),

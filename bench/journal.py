@@ -12,7 +12,7 @@ entries are `sm-llm.service`'s era-D llama-server output: the requests of `demo.
 (launch line, prompt eval, eval and `total time` timing lines, release line), each with its
 `params_from_`, `new prompt` and `prompt processing progress` lines, `all slots are idle` and the
 `POST /v1/chat/completions` line after it, and the health and metrics polls every few seconds;
-most of these lines hold no parser keyword (`parse.KEYWORDS`). One entry in ten, at random,
+most of these lines hold no parser keyword (`parse.tokens.KEYWORDS`). One entry in ten, at random,
 comes from another unit: ssh, cron, timesyncd, the node exporter, and a second llama-server
 (`sm-llm-embed.service`) whose timing lines must not be counted. Timestamps strictly increase.
 `journalctl --file` must report every generated entry in the file before anything is timed.
@@ -66,19 +66,20 @@ from _common import (
 )
 from systemd import journal
 
+from exporter.base.times import SECOND
 from exporter.commands.demo import DemoLine, node_lines
-from exporter.parse.parser import KEYWORDS
-from exporter.sources.journal import JournalSource
+from exporter.parse.tokens import KEYWORDS
+from exporter.sources.journalreader import JournalSource
 
 NODE = "node0"
 UNIT = "sm-llm.service"
-SECOND = 1_000_000
 EPOCH_US = 1_790_062_375 * SECOND  # 2026-09-22T07:32:55Z
 UPTIME_US = 3 * 86_400 * SECOND + 417_123_456  # the boot's age at the first entry
 GOAL = 5.0  # times the baseline's entries/s
 DEFAULT_ENTRIES = 200_000
 OTHER_SHARE = 0.1  # entries of other units
 TIMING = "total time"
+TIMED_BLOCK = 5  # a timed request's lines in the demo: launch, prompt eval, eval, total, release
 
 _TASK = re.compile(r"\| task (\d+) \|")
 _PROMPT_TOKENS = re.compile(r"prompt eval time = +\S+ ms / +(\d+) tokens")
@@ -143,11 +144,19 @@ def _request_lines(rng: random.Random, block: Sequence[DemoLine]) -> Iterator[tu
 
 
 def _requests(rng: random.Random, seed: int) -> Iterator[tuple[int, str]]:
+    """The demo node's timed requests (launch, prompt eval, eval, total, release), each with
+    the lines around it; its start-up lines and its untimed requests are left out."""
     lines = node_lines(NODE, seed, EPOCH_US, EPOCH_US + 10 * 365 * 86_400 * SECOND)
-    for block in zip(lines, lines, lines, lines, lines, strict=False):
-        assert block[0].message.startswith("slot launch_slot_:"), block[0]
-        assert block[4].message.startswith("slot      release:"), block[4]
-        yield from _request_lines(rng, block)
+    for line in lines:
+        if not line.message.startswith("slot launch_slot_:"):
+            continue
+        block = [line]
+        for more in lines:
+            block.append(more)
+            if "stop processing" in more.message:
+                break
+        if len(block) == TIMED_BLOCK and "prompt eval time" in block[1].message:
+            yield from _request_lines(rng, block)
 
 
 def _polls(rng: random.Random, every_s: float, message: str) -> Iterator[tuple[int, str]]:

@@ -32,6 +32,7 @@ minutes; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import math
 import random
@@ -43,22 +44,25 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from exporter.accounting.accounting import SECOND, Accounting, Snapshot
+from _seed import Figures as SeedFigures
+from _seed import Progress
+from _seed import Request as SeedRequest
+from _seed import fetch as seed_fetch
+from _seed import figures as seed_figures
+from _seed import median as seed_median
+from _seed import window as seed_window
+
+from exporter.accounting.accounting import Accounting
+from exporter.accounting.figures import Snapshot
 from exporter.base.kinds import Kinds, split_rules
 from exporter.base.records import Interval
+from exporter.base.times import SECOND
+from exporter.config.schema import Config
+from exporter.ingest.settings import settings
+from exporter.report import text as report_text
 from exporter.report import window as report
-
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # support/, shared
-from support.dumps import report_of_dumps
-from support.seed import (
-    Progress,
-    SeedRequest,
-    SeedRun,
-    seed_fetch,
-    seed_median,
-    seed_timeline,
-    seed_window,
-)
+from exporter.sources import registry as sources
+from exporter.sources.file import FileNode
 
 NODES = ("node0", "node1", "node2")
 SPLIT_TOKENS = 600
@@ -186,7 +190,7 @@ def intervals(w: Workload) -> list[Interval]:
 
 
 def ours_accounting(ivs: Sequence[Interval], since_us: int, until_us: int) -> Snapshot:
-    acc = Accounting(NODES, KINDS, origin_us=since_us)
+    acc = Accounting(NODES, settings(Config(), KINDS), origin_us=since_us)
     for iv in ivs:
         acc.add(iv)
     acc.advance_to(until_us)
@@ -194,8 +198,17 @@ def ours_accounting(ivs: Sequence[Interval], since_us: int, until_us: int) -> Sn
 
 
 def ours_report(paths: dict[str, Path], since_us: int, until_us: int) -> tuple[report.Report, str]:
-    r = report_of_dumps(paths, KINDS, since_us, until_us)
-    return r, report.to_text(r)
+    """`report --input` of the dumps, in this process: each read through the report's reader
+    (up to `until + max_request_seconds`) into its Builder, then its text."""
+    s = settings(Config(), KINDS)
+    builder = report.Builder(list(paths), s, since_us, until_us)
+    nodes = [FileNode(n, p) for n, p in paths.items()]
+    read_until = until_us + s.max_request_us
+    failed = asyncio.run(sources.read_windows(nodes, since_us, read_until, builder.add))
+    if failed:
+        raise RuntimeError(f"could not read {failed}")
+    r = builder.finish()
+    return r, report_text.to_text(r)
 
 
 T = TypeVar("T")
@@ -269,7 +282,7 @@ class Agreement:
 
 
 def agreement(
-    seed: SeedRun,
+    seed: SeedFigures,
     nodes: dict[str, list[SeedRequest]],
     t0: float,
     t1: float,
@@ -291,7 +304,7 @@ def agreement(
             problems.append(f"{name}: requests {got} != seed {(total, ext, rec)}")
     busy_diff = max(abs(seed.busy[n.name] - n.busy_us / SECOND) for n in snap.nodes)
     medians = [
-        (seed_median(reqs), report.median_us(ours.durations_us[kind]))
+        (seed_median(reqs), report_text.median_us(ours.durations_us[kind]))
         for kind, reqs in (("extraction", seed.ext), ("reconcile", seed.rec))
         if reqs
     ]
@@ -412,7 +425,7 @@ def run_size(n: int, *, run_seed: bool, repeat: int, random_seed: int) -> Row:
             print(f"[{n:,} requests] seed: sampling every {STEP} s", file=log, flush=True)
             gc.collect()
             start = time.perf_counter()
-            seed = seed_timeline(nodes, t0, t1, SPLIT_TOKENS, _progress(f"seed at {n:,}"))
+            seed = seed_figures(nodes, t0, t1, SPLIT_TOKENS, _progress(f"seed at {n:,}"))
             seed_s = time.perf_counter() - start
             print(f"[{n:,} requests] seed: {seed_s:.1f} s", file=log, flush=True)
             agree = agreement(seed, nodes, t0, t1, rep)

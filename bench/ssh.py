@@ -7,10 +7,10 @@
 
 A server process (this file, `--serve`) runs `--nodes` asyncssh servers on 127.0.0.1 (port 0
 each, one generated ed25519 host key, one generated client key authorised), each emulating
-`journalctl` for its node with the tests' fake (tests/support/fake_journalctl.py: the command
-parsed with shlex, -u, -o json, --no-pager, --all, -n N, --cursor, --after-cursor, --since @S,
---until @S, --follow, --no-tail, --output-fields=..., --grep PATTERN, --directory); with `--old`
-the options systemd 219 lacks (--output-fields, --grep) are refused with exit 1 and the JSON is
+`journalctl` for its node (`_journalctl`: the command parsed with shlex, -u, -o json,
+--no-pager, --all, -n N, --cursor, --after-cursor, --since @S, --follow, --no-tail,
+--output-fields=..., --grep PATTERN; any other option refused); with `--old` the options
+systemd 219 lacks (--output-fields, --grep) are refused with exit 1 and the JSON is
 pretty-spaced as it printed it. Each node's journal is deterministic
 (`random.Random`): one request a second, one at a time, each 10 entries: its launch line, the
 era-D timing block (prompt eval, eval, total), its release line and 5 lines without a parser
@@ -19,10 +19,10 @@ keyword (params, health polls, idle, POST). Every JSON entry has journald's usua
 _CMDLINE, _SYSTEMD_UNIT, _SYSTEMD_CGROUP, _TRANSPORT, SYSLOG_IDENTIFIER, PRIORITY, _HOSTNAME,
 MESSAGE), generated as the clock reaches them; --output-fields keeps only the named ones (and the
 four journalctl always prints) and --grep only the entries whose MESSAGE matches, so the bytes
-sent differ. The server counts, per follow stream, the bytes written and what the full entries
-would have been.
+sent differ. The server counts, per node, the bytes its follow streams wrote and what the full
+entries would have been.
 
-The exporter runs as its own process (`python -m exporter run --config CFG`, `--nodes` ssh
+The exporter runs as its own process (`sm-llm-exporter run --config CFG`, `--nodes` ssh
 nodes, known_hosts with every `[127.0.0.1]:PORT`, the generated client key, state in a temporary
 directory). Once every source is up (sum of smllm_source_up == nodes) and after a 5 s warm-up:
 - an ingest window of `--seconds`, scraped every 15 s as Prometheus would: the exporter's CPU
@@ -47,26 +47,22 @@ import io
 import json
 import os
 import pstats
-import random
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # support/, shared
-from support.daemon_process import DaemonProcess, run_command
-from support.fake_journalctl import FakeNode, Item, Keys, Refused
-from support.scrape import Scrape, scrape, total
-from support.tools import poll
+from _daemon import Daemon, Scrape, poll, run_command, scrape, total
+from _journalctl import UNIT, Keys, Node, NodeJournal, now_us
+from _proc import cpu_seconds, rss_kb
 
-SECOND = 1_000_000
-UNIT = "sm-llm.service"
-ENTRIES_PER_REQUEST = 10
+from exporter.base.times import SECOND
+
 GOAL_CPU = 20.0  # % of one core
 GOAL_RSS = 300.0  # MB
 GOAL_SCRAPE = 50.0  # ms, p99
@@ -74,149 +70,29 @@ SCRAPE_EVERY = 0.5  # s, in the scrape window
 SCRAPES = 100
 PROMETHEUS_EVERY = 15.0  # s, in the ingest window
 WARMUP = 5.0  # s
+START_S = 60.0  # for the exporter to start and every source to come up, and per node:
+START_PER_NODE_S = 0.5
+KB_PER_MB = 1024
 
 
-# -- the emulated journal (server side) -----------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    seq: int
-    time_us: int
-    message: str
-
-
-class NodeJournal:
-    """One node's journal: request r starts at t0 + r s + the node's offset; 10 entries each."""
-
-    def __init__(self, index: int, t0_us: int) -> None:
-        self.name = f"node{index:03d}"
-        rng = random.Random(f"ssh-bench:{self.name}")
-        self.t0 = t0_us + rng.randrange(SECOND)
-        self.boot = f"{rng.getrandbits(128):032x}"
-        self.machine = f"{rng.getrandbits(128):032x}"
-        self.pid = str(4000 + rng.randrange(1000))
-        self.task0 = rng.randrange(100, 5000)
-        self.boot_us = t0_us - 86_400 * SECOND
-        self._cache: tuple[int, list[Entry]] = (-1, [])
-
-    def request(self, r: int) -> list[Entry]:
-        if self._cache[0] == r:
-            return self._cache[1]
-        rng = random.Random(f"{self.name}:{r}")
-        start = self.t0 + r * SECOND
-        total_us = rng.randrange(300_000, 800_000)
-        end = start + total_us
-        total_ms = total_us / 1000
-        prompt, generated = rng.randrange(120, 940), rng.randrange(3, 120)
-        prompt_ms = round(total_ms * rng.uniform(0.15, 0.4), 2)
-        gen_ms = round(total_ms - prompt_ms, 2)
-        task = self.task0 + r
-        slot = f"id  0 | task {task} |"
-        prefix = f"slot print_timing: {slot} "
-        poll = rng.choice(("GET /health", "GET /v1/models", "GET /metrics"))
-        messages = [
-            (start, "srv  params_from_: Chat format: Hermes 2 Pro"),
-            (start + 200, f"slot launch_slot_: {slot} processing task, is_child = 0"),
-            (start + total_us // 2, f"srv  log_server_r: request: {poll} 127.0.0.1 200"),
-            (
-                end - 40,
-                prefix + f"prompt eval time = {prompt_ms:10.2f} ms / {prompt:5d}"
-                f" tokens ({prompt_ms / prompt:8.2f} ms per token,"
-                f" {1e3 / prompt_ms * prompt:8.2f} tokens per second)",
-            ),
-            (
-                end - 20,
-                prefix + f"       eval time = {gen_ms:10.2f} ms / {generated:5d}"
-                f" tokens ({gen_ms / generated:8.2f} ms per token,"
-                f" {1e3 / gen_ms * generated:8.2f} tokens per second)",
-            ),
-            (
-                end,
-                prefix + f"      total time = {total_ms:10.2f} ms / {prompt + generated:5d} tokens",
-            ),
-            (
-                end + 30,
-                f"slot      release: {slot} stop processing:"
-                f" n_tokens = {prompt + generated}, truncated = 0",
-            ),
-            (end + 60, "srv  update_slots: all slots are idle"),
-            (end + 90, "srv  log_server_r: request: POST /v1/chat/completions 127.0.0.1 200"),
-            (end + 100_000, "srv  log_server_r: request: GET /health 127.0.0.1 200"),
-        ]
-        entries = [Entry(r * ENTRIES_PER_REQUEST + k, t, m) for k, (t, m) in enumerate(messages)]
-        self._cache = (r, entries)
-        return entries
-
-    def entry(self, seq: int) -> Entry:
-        return self.request(seq // ENTRIES_PER_REQUEST)[seq % ENTRIES_PER_REQUEST]
-
-    # the fake journalctl's Journal
-
-    def find(self, cursor: str) -> int:
-        for part in cursor.split(";"):
-            key, _, value = part.partition("=")
-            if key == "i":
-                return int(value, 16) - 1
-        raise Refused("Failed to parse cursor")
-
-    def read(self, start: int, now_us: int) -> Sequence[Item]:
-        out = []
-        seq = start
-        while (e := self.entry(seq)).time_us <= now_us:
-            out.append(Item(self.record(e)))
-            seq += 1
-        return out
-
-    def due_us(self, index: int) -> int | None:
-        return self.entry(index).time_us
-
-    def cursor(self, e: Entry) -> str:
-        return (
-            f"s={self.machine};i={e.seq + 1:x};b={self.boot};m={e.time_us - self.boot_us:x};"
-            f"t={e.time_us:x};x={(e.seq * 2654435761) & 0xFFFFFFFFFFFF:x}"
-        )
-
-    def record(self, e: Entry) -> dict[str, str]:
-        return {
-            "__CURSOR": self.cursor(e),
-            "__REALTIME_TIMESTAMP": str(e.time_us),
-            "__MONOTONIC_TIMESTAMP": str(e.time_us - self.boot_us),
-            "_BOOT_ID": self.boot,
-            "_TRANSPORT": "stdout",
-            "PRIORITY": "6",
-            "SYSLOG_IDENTIFIER": "sm-llm",
-            "_PID": self.pid,
-            "_UID": "998",
-            "_GID": "998",
-            "_COMM": "llama-server",
-            "_EXE": "/opt/llama.cpp/bin/llama-server",
-            "_CMDLINE": "/opt/llama.cpp/bin/llama-server --host 0.0.0.0 --port 8080 -c 32768 "
-            "-ngl 99 -m /srv/models/qwen3-30b-a3b-q4_k_m.gguf",
-            "_SYSTEMD_CGROUP": f"/system.slice/{UNIT}",
-            "_SYSTEMD_UNIT": UNIT,
-            "_HOSTNAME": self.name,
-            "MESSAGE": e.message,
-        }
+# -- the nodes (server side) ------------------------------------------------------------
 
 
 async def serve(nodes: int, directory: Path, old: bool) -> None:
+    """The nodes' servers; their ports on stdout, then their counts for every line read."""
     keys = Keys.read(directory)
-    authorized = keys.authorized()
-    t0 = int(time.time()) * SECOND
-    journals = [NodeJournal(i, t0) for i in range(nodes)]
-    fakes = [FakeNode(j, old=old) for j in journals]
-    ports = [await f.listen(keys, authorized) for f in fakes]
-    print(json.dumps({"ports": ports, "names": [j.name for j in journals]}), flush=True)
-    while True:  # one JSON line of stats per line read; end on EOF
+    t0 = now_us() // SECOND * SECOND
+    served = [Node(NodeJournal(i, t0), old=old) for i in range(nodes)]
+    ports = [await node.listen(keys) for node in served]
+    print(json.dumps({"ports": ports, "names": [n.journal.name for n in served]}), flush=True)
+    while True:  # one JSON line of counts per line read; end on EOF
         line = await asyncio.to_thread(sys.stdin.readline)
         if not line:
             break
-        stats = {j.name: f.stats.counts() for j, f in zip(journals, fakes, strict=True)}
-        print(json.dumps(stats), flush=True)
-    for f in fakes:
-        if f.acceptor is not None:
-            f.acceptor.close()
+        print(json.dumps({n.journal.name: asdict(n.counts) for n in served}), flush=True)
+    for node in served:
+        if node.acceptor is not None:
+            node.acceptor.close()
 
 
 # -- the measurement (client side) ----------------------------------------------------------
@@ -248,18 +124,6 @@ def requests(s: Scrape) -> float:
     return total(s.samples, "smllm_requests_total")
 
 
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def server_stats(server: subprocess.Popen[str]) -> dict[str, dict[str, int]]:
     assert server.stdin is not None and server.stdout is not None
     server.stdin.write("stats\n")
@@ -274,12 +138,12 @@ def totals(stats: dict[str, dict[str, int]], key: str) -> int:
 
 def measure(args: argparse.Namespace, directory: Path) -> Result:
     keys = Keys.generate()
-    keys.write(directory)
+    client_key = keys.write(directory)
     command = [sys.executable, __file__, "--serve", "--nodes", str(args.nodes), "--dir"]
     command += [str(directory), *(["--old"] if args.old else [])]
     server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     profile = directory / "exporter.prof"
-    exporter: DaemonProcess | None = None
+    exporter: Daemon | None = None
     try:
         assert server.stdout is not None
         hello = json.loads(server.stdout.readline())
@@ -295,7 +159,7 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
                 "user": "bench",
                 "unit": UNIT,
                 "known_hosts": str(known_hosts),
-                "client_keys": [str(directory / "client_key")],
+                "client_keys": [str(client_key)],
             }
             for name, port in zip(names, ports, strict=True)
         ]
@@ -304,14 +168,16 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
             """This file, profiling the exporter's event loop over the ingest window."""
             return [sys.executable, __file__, "--profiled", str(profile), "--config", str(config)]
 
-        exporter = DaemonProcess(
+        exporter = Daemon(
             directory / "exporter",
             {"state_dir": str(directory / "state"), "nodes": rows},
             command=profiled_run if args.profile else run_command,
         )
-        exporter.start(60 + args.nodes * 0.5)
+        exporter.start(START_S + args.nodes * START_PER_NODE_S)
         url = exporter.url + "/metrics"
-        every_up = poll(lambda: up(scrape(url)) >= args.nodes, 60 + args.nodes * 0.5, 0.5)
+        every_up = poll(
+            lambda: up(scrape(url)) >= args.nodes, START_S + args.nodes * START_PER_NODE_S, 0.5
+        )
         print(
             f"sources up: {up(scrape(url)):.0f}/{args.nodes}; warming up {WARMUP:.0f} s",
             file=sys.stderr,
@@ -320,47 +186,46 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
             print("\n".join(exporter.log_text().splitlines()[-20:]), file=sys.stderr)
         time.sleep(WARMUP)
         pid = exporter.pid
-        hz = os.sysconf("SC_CLK_TCK")
         # the ingest window: scraped every 15 s, as Prometheus would
         first = scrape(url)
         stats0 = server_stats(server)
         if args.profile:
             os.kill(pid, signal.SIGUSR1)
-        ticks0, t0 = cpu_ticks(pid), time.monotonic()
-        server_ticks0 = cpu_ticks(server.pid)
-        peak = rss_mb(pid)
+        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        server_cpu0 = cpu_seconds(server.pid)
+        peak = rss_kb(pid)
         next_scrape = t0 + PROMETHEUS_EVERY
         while (now := time.monotonic()) < t0 + args.seconds:
             time.sleep(min(SCRAPE_EVERY, t0 + args.seconds - now))
-            peak = max(peak, rss_mb(pid))
+            peak = max(peak, rss_kb(pid))
             if time.monotonic() >= next_scrape:
                 scrape(url)
                 next_scrape += PROMETHEUS_EVERY
         last = scrape(url)
-        ticks1, t1 = cpu_ticks(pid), time.monotonic()
+        cpu1, t1 = cpu_seconds(pid), time.monotonic()
         if args.profile:
             os.kill(pid, signal.SIGUSR2)
-        server_ticks1 = cpu_ticks(server.pid)
+        server_cpu1 = cpu_seconds(server.pid)
         stats1 = server_stats(server)
         window = t1 - t0
         # the scrape window: SCRAPES scrapes, SCRAPE_EVERY apart
         latencies: list[float] = []
-        ticks2, t2 = cpu_ticks(pid), time.monotonic()
+        cpu2, t2 = cpu_seconds(pid), time.monotonic()
         for i in range(SCRAPES):
             time.sleep(max(0.0, t2 + (i + 1) * SCRAPE_EVERY - time.monotonic()))
             latencies.append(scrape(url).seconds * 1000)
-            peak = max(peak, rss_mb(pid))
-        ticks3, t3 = cpu_ticks(pid), time.monotonic()
+            peak = max(peak, rss_kb(pid))
+        cpu3, t3 = cpu_seconds(pid), time.monotonic()
         sent_requests = totals(stats1, "requests") - totals(stats0, "requests")
         per = max(sent_requests, 1)
         return Result(
             nodes=args.nodes,
             window=window,
-            cpu=100 * (ticks1 - ticks0) / hz / window,
-            scraping_cpu=100 * (ticks3 - ticks2) / hz / (t3 - t2),
-            server_cpu=100 * (server_ticks1 - server_ticks0) / hz / window,
+            cpu=100 * (cpu1 - cpu0) / window,
+            scraping_cpu=100 * (cpu3 - cpu2) / (t3 - t2),
+            server_cpu=100 * (server_cpu1 - server_cpu0) / window,
             load=os.getloadavg()[0],
-            rss_mb=peak,
+            rss_mb=peak / KB_PER_MB,
             latencies_ms=latencies,
             rate=(requests(last) - requests(first)) / window,
             sent_rate=sent_requests / window,

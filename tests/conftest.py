@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from exporter.cli import main
+from exporter.sources.filereader import FileSource
 
 from support.certs import Authority, Pair
 from support.cli import Cli
@@ -60,6 +62,22 @@ def pki(tmp_path: Path) -> Iterator[tuple[Authority, Pair]]:
     """A certificate authority in tmp_path and a server pair it signed."""
     ca = Authority(tmp_path / "pki")
     yield ca, ca.server()
+
+
+@pytest.fixture(autouse=True)
+def sources_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every file source a test makes is closed when the test ends (warnings are errors)."""
+    made: list[FileSource] = []
+    real = FileSource.__init__
+
+    def init(self: FileSource, *a: Any, **k: Any) -> None:
+        real(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(FileSource, "__init__", init)
+    yield
+    for source in made:
+        source.close()
 
 
 STAGES = ("unit", "integration", "e2e", "hostile")

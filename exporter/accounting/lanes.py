@@ -22,10 +22,21 @@ then the mean number of nodes busy in each bin: the sum over nodes of busy secon
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from exporter.base.records import CANCELLED, ERROR_REASON, LOST_REASON, UNTIMED, Interval, Record
+from exporter.base.records import (
+    CANCELLED,
+    ERROR_REASON,
+    I_END_US,
+    I_NODE,
+    I_REASON,
+    I_START_US,
+    LOST_REASON,
+    UNTIMED,
+    Interval,
+    Record,
+)
 
 RING_SIZE = 4096  # intervals kept per node for the status page
 MAX_RECTS = 4000  # exact intervals a Window keeps before it bins
@@ -63,8 +74,8 @@ class Recent:
         known) and none of a node not known; events are ignored."""
         rings = self.rings
         for rec in recs:
-            if type(rec) is Interval and rec[11] != LOST_REASON:
-                ring = rings.get(rec[0])
+            if type(rec) is Interval and rec[I_REASON] != LOST_REASON:
+                ring = rings.get(rec[I_NODE])
                 if ring is not None:
                     ring.append(rec)
 
@@ -81,7 +92,7 @@ class Recent:
         out = {}
         for n, ring in self.rings.items():
             if since_us is not None:
-                while ring and ring[0][2] < since_us:
+                while ring and ring[0][I_END_US] < since_us:
                     ring.popleft()
             last = self._copies.get(n)
             if (
@@ -140,20 +151,78 @@ def _step(out: list[Step], start: int, end: int, count: float) -> None:
 
 class Lane:
     """One node's part of a Window. Per bin: slot (occupancy) microseconds, busy microseconds
-    (see the module docstring) and requests ended by outcome."""
+    (see the module docstring) and requests ended by outcome. It keeps the bin its last
+    counted interval ended in at hand ([lo, hi) of bin `cb`): a node's requests come in time
+    order, and most fall in the bin of the one before."""
 
-    __slots__ = ("busy_us", "covered_us", "ended", "kept", "occupancy_us")
+    __slots__ = (
+        "bin_us",
+        "busy_us",
+        "cb",
+        "covered_us",
+        "ended",
+        "hi",
+        "kept",
+        "last",
+        "lo",
+        "occupancy_us",
+        "since_us",
+        "timed",
+        "until_us",
+    )
 
-    def __init__(self, bins: int, start_us: int) -> None:
+    def __init__(self, bins: int, start_us: int, until_us: int, bin_us: int) -> None:
         self.occupancy_us = [0] * bins
         self.busy_us = [0] * bins
         self.ended = {o: [0] * bins for o in OUTCOME_NAMES}
+        self.timed = self.ended["timed"]
         self.covered_us = start_us  # the frontier of the busy sweep
         self.kept: list[Interval] = []  # the exact intervals, in the order added (not binned)
+        self.since_us, self.until_us, self.bin_us, self.last = start_us, until_us, bin_us, bins - 1
+        self.cb, self.lo, self.hi = 0, start_us, start_us  # the bin at hand (none yet)
 
     def requests(self, b: int) -> int:
         """Requests that ended in bin `b`."""
         return sum(counts[b] for counts in self.ended.values())
+
+    def add(self, s: int, e: int, reason: str) -> bool:
+        """An interval [s, e) of the node's (not `lost`): counted in the bin it ends in if it
+        ends in the window, drawn where it covers the window; False when it is not the
+        window's (ended before it, or starts at or after its end)."""
+        if self.lo <= s <= e < self.hi:  # (nearly always: inside the bin at hand, counted)
+            b = self.cb
+            (self.ended[OUTCOMES.get(reason, UNTIMED)] if reason else self.timed)[b] += 1
+            self.occupancy_us[b] += e - s
+            frontier = self.covered_us
+            if e > frontier:  # (the frontier, if past s, is in this bin too)
+                self.busy_us[b] += e - (s if s > frontier else frontier)
+                self.covered_us = e
+            return True
+        return self._place(s, e, reason)
+
+    def _place(self, s: int, e: int, reason: str) -> bool:
+        """`add` of an interval outside the bin at hand: the bin it ends in becomes the one at
+        hand; its part in the window is spread over the bins it covers."""
+        since, until, bin_us = self.since_us, self.until_us, self.bin_us
+        if e > until:
+            if s >= until:
+                return False
+        elif e < since:
+            return False
+        else:  # (it ends in the window: counted)
+            b = min((e - since) // bin_us, self.last)
+            self.cb, self.lo = b, since + b * bin_us
+            self.hi = min(self.lo + bin_us, until)
+            self.ended[OUTCOMES.get(reason, UNTIMED)][b] += 1
+        cs = s if s > since else since
+        ce = e if e < until else until
+        if ce > cs:
+            _spread(self.occupancy_us, cs, ce, since, bin_us)
+            if ce > self.covered_us:
+                frontier = self.covered_us
+                _spread(self.busy_us, cs if cs > frontier else frontier, ce, since, bin_us)
+                self.covered_us = ce
+        return True
 
 
 class Window:
@@ -175,7 +244,7 @@ class Window:
         self.bin_us = max(1, -(-span // max(1, bins)))
         self.bins = max(1, -(-span // self.bin_us))
         self.max_rects = max_rects
-        self.lanes = {n: Lane(self.bins, since_us) for n in self.nodes}
+        self.lanes = {n: Lane(self.bins, since_us, self.until_us, self.bin_us) for n in self.nodes}
         self.intervals = 0  # every interval taken, binned or not
         self.binned = False
 
@@ -191,77 +260,37 @@ class Window:
     def add_all(self, recs: Iterable[Record]) -> None:
         """Take the intervals of `recs` that belong to the window (events, intervals of reason
         `lost` and those of nodes not known are ignored). On the report's path: one loop, with
-        the lane of the node before and the bin before at hand (a batch is one node's, and its
-        requests come in time order)."""
-        since, until, bin_us, last = self.since_us, self.until_us, self.bin_us, self.bins - 1
-        lanes = self.lanes
-        taken, binned, max_rects = self.intervals, self.binned, self.max_rects
+        the lane of the node before at hand (a batch is one node's)."""
+        lanes, max_rects = self.lanes, self.max_rects
+        taken, binned = self.intervals, self.binned
         node: str | None = None
-        lane: Lane | None = None
-        occupancy: list[int] = []
-        busy: list[int] = []
-        timed: list[int] = []
-        frontier = 0
-        cb, lo, hi = 0, since, since  # the bin at hand: cb, for lo <= t < hi (hi <= until)
+        add: Callable[[int, int, str], bool] | None = None  # (the lane's; None: not known)
+        kept: list[Interval] = []
         for rec in recs:
             if type(rec) is not Interval:
                 continue
-            s, e = rec[1], rec[2]
-            if rec[0] is not node:
-                if lane is not None:
-                    lane.covered_us = frontier
-                node = rec[0]
+            if rec[I_NODE] is not node:
+                node = rec[I_NODE]
                 lane = lanes.get(node)
-                if lane is not None:
-                    occupancy, busy, frontier = lane.occupancy_us, lane.busy_us, lane.covered_us
-                    timed = lane.ended["timed"]
-            if lane is None:
+                add, kept = (None, kept) if lane is None else (lane.add, lane.kept)
+            reason = rec[I_REASON]
+            if (
+                add is None
+                or reason == LOST_REASON
+                or not add(rec[I_START_US], rec[I_END_US], reason)
+            ):
                 continue
-            reason = rec[11]
-            if lo <= s and e < hi:  # (nearly always: inside the bin at hand, counted)
-                if not reason:
-                    timed[cb] += 1
-                elif reason == LOST_REASON:
-                    continue
-                else:
-                    lane.ended[OUTCOMES.get(reason, UNTIMED)][cb] += 1
-                occupancy[cb] += e - s
-                if e > frontier:  # (the frontier, if past s, is in this bin too)
-                    busy[cb] += e - (s if s > frontier else frontier)
-                    frontier = e
-            else:
-                if e > until:
-                    if s >= until:
-                        continue
-                    counted = False
-                elif e < since:
-                    continue
-                else:
-                    counted = True
-                if reason == LOST_REASON:
-                    continue
-                if counted:
-                    b = min((e - since) // bin_us, last)
-                    cb, lo = b, since + b * bin_us
-                    hi = min(lo + bin_us, until)
-                    lane.ended[OUTCOMES.get(reason, UNTIMED)][b] += 1
-                cs = s if s > since else since
-                ce = e if e < until else until
-                if ce > cs:
-                    _spread(occupancy, cs, ce, since, bin_us)
-                    if ce > frontier:
-                        _spread(busy, cs if cs > frontier else frontier, ce, since, bin_us)
-                        frontier = ce
             taken += 1
             if not binned:
-                lane.kept.append(rec)
-                if taken > max_rects:
-                    binned = True
-                    for each in lanes.values():
-                        each.kept = []
-        if lane is not None:
-            lane.covered_us = frontier
+                kept.append(rec)
+                binned = taken > max_rects and self._bin()
         self.intervals, self.binned = taken, binned
+
+    def _bin(self) -> bool:
+        """Past `max_rects`: the exact intervals are dropped, the bins hold it all (True)."""
+        for lane in self.lanes.values():
+            lane.kept = []
+        return True
 
     def kept(self) -> dict[str, list[Interval]]:
         """Per node, the exact intervals in the order added; empty lists once binned."""

@@ -34,7 +34,8 @@ def split_rules(split_tokens: int) -> tuple[KindRule, ...]:
     return (KindRule("extraction", min_tokens=split_tokens), KindRule("reconcile"))
 
 
-DEFAULT_RULES = split_rules(600)
+DEFAULT_SPLIT_TOKENS = 600  # (`report --split-tokens` and the config's kinds by default)
+DEFAULT_RULES = split_rules(DEFAULT_SPLIT_TOKENS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,11 @@ Times are integer microseconds since the epoch, UTC. Durations logged in millise
 two decimals convert to microseconds exactly. LogLine, Interval and Event are made once per
 journal line on the ingest path, so they are typed NamedTuples: immutable like frozen
 dataclasses, at a third of the cost to build.
+
+Hot loops and the compiled modules read and build them as tuples: each field's position has a
+name here (`I_END_US` is `Interval.end_us`'s: the record's letter and the field's name), and
+`exporter.compiled.switch` hands every `_fields` to the compiled modules at import, which refuse
+a layout they were not built for.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 
 class LogLine(NamedTuple):
@@ -22,6 +27,14 @@ class LogLine(NamedTuple):
     cursor: str  # journal cursor, or "" where the source has none (short-iso text)
     pid: int  # 0 when unknown
     message: str
+
+
+# LogLine's field positions
+L_NODE: Final = 0
+L_TIME_US: Final = 1
+L_CURSOR: Final = 2
+L_PID: Final = 3
+L_MESSAGE: Final = 4
 
 
 # What a slot occupancy without a timing block was (Interval.reason; "" for a timed request):
@@ -55,6 +68,22 @@ class Interval(NamedTuple):
         return self.end_us - self.start_us
 
 
+# Interval's field positions
+I_NODE: Final = 0
+I_START_US: Final = 1
+I_END_US: Final = 2
+I_TOKENS: Final = 3
+I_PROMPT_TOKENS: Final = 4
+I_GENERATED_TOKENS: Final = 5
+I_PROMPT_US: Final = 6
+I_GENERATION_US: Final = 7
+I_SLOT: Final = 8
+I_TASK: Final = 9
+I_PID: Final = 10
+I_REASON: Final = 11
+I_MODEL: Final = 12
+
+
 class EventKind(enum.Enum):
     STARTED = "started"  # a slot launched a task
     RESTART = "restart"  # a new llama-server PID on the node
@@ -64,17 +93,25 @@ class EventKind(enum.Enum):
     SLOTS = "slots"  # the server said how many slots it has (in `slot`)
     SERVER_UP = "server_up"  # the node's llama-server runs (start-up lines, systemd's)
     SERVER_DOWN = "server_down"  # it stopped, exited or failed
-    # a start-up line (which: `detail`, one of MARKS; the line's own clock, its log prefix in
-    # microseconds, in `task`: None without one)
+    # a start-up line (which milestone: `detail`, one of MILESTONES; the line's own clock, its
+    # log prefix in microseconds, in `task`: None without one)
     PHASE = "phase"
 
 
-# What a PHASE event marks: systemd starting the unit, then the server's start-up lines in the
-# order it logs them (`llama_server: initializing`, `load_model: loading model`,
-# `initializing, n_slots = N`, `model loaded`, `listening on`).
-MARK_STARTING, MARK_STARTED, MARK_LISTENING = "starting", "started", "listening"
-SERVER_MARKS = ("initializing", "loading", "slots", "loaded", MARK_LISTENING)
-MARKS = (MARK_STARTING, MARK_STARTED, *SERVER_MARKS)
+# The start-up milestones a PHASE event names: systemd starting the unit, then the server's
+# start-up lines in the order it logs them (`llama_server: initializing`, `load_model: loading
+# model`, `initializing, n_slots = N`, `model loaded`, `listening on`).
+MILESTONE_STARTING, MILESTONE_STARTED = "starting", "started"
+MILESTONE_INITIALIZING, MILESTONE_LOADING, MILESTONE_SLOTS = "initializing", "loading", "slots"
+MILESTONE_LOADED, MILESTONE_LISTENING = "loaded", "listening"
+SERVER_MILESTONES = (
+    MILESTONE_INITIALIZING,
+    MILESTONE_LOADING,
+    MILESTONE_SLOTS,
+    MILESTONE_LOADED,
+    MILESTONE_LISTENING,
+)
+MILESTONES = (MILESTONE_STARTING, MILESTONE_STARTED, *SERVER_MILESTONES)
 
 
 class Event(NamedTuple):
@@ -90,15 +127,28 @@ class Event(NamedTuple):
     model: str = ""  # the model instance it happened in, in router mode
 
 
+# Event's field positions
+E_NODE: Final = 0
+E_TIME_US: Final = 1
+E_KIND: Final = 2
+E_PID: Final = 3
+E_SLOT: Final = 4
+E_TASK: Final = 5
+E_DETAIL: Final = 6
+E_MODEL: Final = 7
+
 Record = Interval | Event
+# Each record's field names by its name, as exporter.compiled.switch hands them to the compiled
+# modules (which refuse any other)
+RECORD_FIELDS = {"LogLine": LogLine._fields, "Interval": Interval._fields, "Event": Event._fields}
 
 
 @dataclass(frozen=True, slots=True)
 class Batch:
     """What a source hands over: the lines that may matter, and where it stands after them.
 
-    A source may leave out lines that cannot carry a request (see `parse.KEYWORDS`), but counts
-    them in `entries` and reports the journal time of the newest entry it read."""
+    A source may leave out lines that cannot carry a request (see `parse.tokens.KEYWORDS`), but
+    counts them in `entries` and reports the journal time of the newest entry it read."""
 
     node: str
     lines: Sequence[LogLine] = ()  # a tuple, or the line layer's Lines (see sources/lines.py)

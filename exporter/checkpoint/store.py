@@ -1,9 +1,10 @@
-"""The state file: positions and every counter in one versioned JSON file, written atomically.
+"""The state file: one JSON file written atomically, and the lock of its state directory.
 
-A write goes to a new temporary file in the same directory, is fsynced, renamed over the old
-file and the directory fsynced, so a crash at any moment leaves either the old checkpoint or the
-new one, whole. The file is mode 0600; its directory is made 0700 when missing. One daemon per state
-directory: `StateLock` holds an flock on its `lock` file, which names the holder's PID.
+What the file holds, and its versions, are exporter/checkpoint/codec.py's. A write goes to a new
+temporary file in the same directory, is fsynced, renamed over the old file and the directory
+fsynced, so a crash at any moment leaves either the old checkpoint or the new one, whole. The
+file is mode 0600; its directory is made 0700 when missing. One daemon per state directory:
+`StateLock` holds an flock on its `lock` file, which names the holder's PID.
 
 A state directory other users can write must not turn the daemon's writes onto their targets:
 the temporary files have unpredictable names, created O_EXCL|O_NOFOLLOW (outfile.create_temp),
@@ -30,7 +31,6 @@ from exporter.base.outfile import create_temp, shown
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
 NAME = "checkpoint.json"
 LOCK_NAME = "lock"
 FILE_MODE = 0o600  # the checkpoint's and the lock's
@@ -50,7 +50,8 @@ class Checkpoint:
         self._lock = threading.Lock()
 
     def load(self) -> dict[str, Any] | None:
-        """The saved state; None when there is none; CheckpointError when it is unusable."""
+        """The saved JSON object (of any version: see codec.load); None when there is none;
+        CheckpointError when it cannot be read or is no JSON object."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -61,11 +62,8 @@ class Checkpoint:
             data = json.loads(raw)
         except (ValueError, RecursionError) as e:
             raise CheckpointError(f"{self.path}: not a checkpoint (not JSON: {e})") from None
-        found = data.get("format") if isinstance(data, dict) else None
-        if not isinstance(data, dict) or type(found) is not int or found != FORMAT:
-            raise CheckpointError(
-                f"{self.path}: checkpoint format {found!r}, this version reads format {FORMAT}"
-            )
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{self.path}: not a checkpoint (not a JSON object)")
         state: dict[str, Any] = data
         return state
 
@@ -83,10 +81,6 @@ class Checkpoint:
         except OSError:
             return None
         return aside
-
-    @staticmethod
-    def encode(state: dict[str, Any]) -> bytes:
-        return json.dumps({"format": FORMAT, **state}, separators=(",", ":")).encode()
 
     def write(self, data: bytes) -> None:
         """Replace the checkpoint with `data`, atomically; raises OSError (disk full, read-only)."""

@@ -1,6 +1,8 @@
-"""The embedded demo: a seeded, realistic sm-llm workload on three nodes, as journal lines.
+"""The `demo` command: a seeded, realistic sm-llm workload on three nodes, as growing journals.
 
-The seed's workload: extraction calls of 600-1,000 tokens taking 20-60 s, reconcile calls under
+`node_lines` makes the journal lines (the tests' workload too); `Appender` writes the last hour of
+them, then each later line when its time comes; `main` runs the daemon on them. The seed's
+workload: extraction calls of 600-1,000 tokens taking 20-60 s, reconcile calls under
 600 tokens taking 2-15 s, one request at a time per node, each with its launch line, its era D
 timing block and its release line; the last node sometimes sits idle for minutes. Each node's
 llama-server logs its start-up line (one slot) first, and between requests now and then an
@@ -26,14 +28,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from exporter.base.outfile import shown
-from exporter.config.config import Config, FileNode
+from exporter.base.times import SECOND
+from exporter.config.schema import Config
 from exporter.daemon.daemon import Daemon
+from exporter.sources.file import FileNode
 
 log = logging.getLogger(__name__)
 
 NODES = ("node0", "node1", "node2")
 SEED = 1
-SECOND = 1_000_000
 TEMP_PREFIX = "sm-llm-demo-"
 
 
@@ -276,3 +279,15 @@ def demo_directory(given: Path | None = None) -> Iterator[Path]:
             signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(directory, ignore_errors=True)
         log.info("demo journals in %s removed", shown(directory))
+
+
+def main(given: Path | None, listen: tuple[str, int]) -> int:
+    """The `demo` command: the daemon on the demo's journals, in `given` (`--dir`) or a
+    temporary directory, until SIGTERM or SIGINT: 0, or 1 when it cannot run."""
+    with demo_directory(given) as directory:
+        try:
+            asyncio.run(run_demo(directory, listen))
+        except OSError as e:  # the port taken, the directory not writable: no traceback
+            log.error("cannot run the demo: %s", e)
+            return 1
+    return 0

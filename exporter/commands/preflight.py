@@ -1,5 +1,8 @@
-"""Checks of what a valid config names, for check-config: every path there and readable (the
-state directory creatable and writable), seen by this user or as the service will see it.
+"""Checks every path a valid config names, for check-config, as this user or as the service.
+
+Every path must be there and readable (the state directory creatable and writable), seen by
+this user or as the service will see it; each source kind says which of its node's paths are
+checked (`SourceKind.paths`).
 
 As the service (`--as-service`), a path under `$CREDENTIALS_DIRECTORY` is the file the unit
 hands over as that credential (`LoadCredential=ssh:/etc/sm-llm-exporter/ssh`: every file there
@@ -22,22 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.checkpoint.store import StateLock
-from exporter.config.config import (
-    ALL_SOURCES,
-    MAX_BYTES,
-    Checker,
-    Config,
-    ConfigError,
-    FileNode,
-    JournalNode,
-    SshNode,
-    Unreadable,
-    decode,
-    document,
-    file_kind,
-    read_text,
-    why_not,
-)
+from exporter.config.checker import Checker
+from exporter.config.document import MAX_BYTES, decode, document, read_text
+from exporter.config.errors import ConfigError, Unreadable
+from exporter.config.files import file_kind, why_not
+from exporter.config.load import config_of
+from exporter.config.schema import DEFAULTS, Config
+from exporter.sources.kind import Named
+from exporter.sources.registry import ALL_SOURCES, paths
 from exporter.web import tls as webtls
 from exporter.web import webconfig
 
@@ -48,7 +43,7 @@ CREDENTIAL_DIRECTORIES = (
     ("ssh_", Path("/etc/sm-llm-exporter/ssh")),
     ("tls_", Path("/etc/sm-llm-exporter/tls")),
 )
-SERVICE_STATE_DIR = Path("/var/lib/sm-llm-exporter")
+SERVICE_STATE_DIR = DEFAULTS.state_dir  # (the unit's StateDirectory=, the config's default)
 SERVICE_GROUPS = ("systemd-journal",)
 
 
@@ -62,71 +57,21 @@ HIDDEN = {
 }
 
 
-# How a path problem names a path that may be a secret pasted where a path belongs.
-NOT_SHOWN = "the path given"
+# How a path problem says that the path is not shown (it may be a secret pasted where a path
+# belongs); the path itself is named as `kind.NOT_SHOWN`.
 NOT_SHOWN_WHY = " (the path is not shown: it may be a secret)"
 STDIN = Path("-")  # check-config's standard input
 STDIN_NAME = "<stdin>"  # ... as its problems name it
 
 
-@dataclass(frozen=True)
-class Named:
-    """A path the config names: its key path, whether it is a directory to read, whether it
-    must be a regular file (a FIFO there would be read once, or block), whether it may be a
-    secret (never shown), and whether the daemon waits for it to appear (a dump)."""
-
-    key: str
-    path: Path
-    directory: bool = False
-    regular: bool = True
-    secret: bool = False
-    waited: bool = False
-
-    @property
-    def shown(self) -> str:
-        """The path as a problem names it."""
-        return NOT_SHOWN if self.secret else str(self.path)
-
-
 def named_paths(cfg: Config) -> Iterator[Named]:
     """Every local path the config names, with its key path, but the state directory."""
     for i, n in enumerate(cfg.nodes):
-        at = f"nodes[{_index(cfg, n.name, i)}]"
-        if isinstance(n, FileNode):  # (a FIFO is followed too)
-            yield Named(f"{at}.path", n.path, regular=False, waited=True)
-        elif isinstance(n, JournalNode):
-            if n.directory is not None:
-                yield Named(f"{at}.directory", n.directory, directory=True, regular=False)
-            for j, f in enumerate(n.files):
-                yield Named(f"{at}.files[{j}]", f)
-        elif isinstance(n, SshNode):
-            yield from _ssh_paths(n, at)
-    for t in cfg.init_timelines:  # (a run directory, or a dump)
-        at = f"nodes[{_index(cfg, t.name, 0)}]"
-        is_dir = _is_dir(t.path)
-        yield Named(f"{at}.path", t.path, directory=is_dir, regular=False, waited=True)
-        if t.dump is not None:
-            yield Named(f"{at}.dump", t.dump, waited=True)
+        yield from paths(n, f"nodes[{_index(cfg, n.name, i)}]")
+    for t in cfg.init_timelines:
+        yield from paths(t, f"nodes[{_index(cfg, t.name, 0)}]")
     if cfg.web_config_file is not None:
         yield Named("web_config_file", cfg.web_config_file)
-
-
-def _ssh_paths(n: SshNode, at: str) -> Iterator[Named]:
-    if n.verify_host_key and n.known_hosts is not None:
-        yield Named(f"{at}.known_hosts", n.known_hosts)
-    for j, key in enumerate(n.client_keys):
-        yield Named(f"{at}.client_keys[{j}]", key, secret=True)
-    if n.password_file is not None:
-        yield Named(f"{at}.password_file", n.password_file, secret=True)
-    if n.passphrase_file is not None:
-        yield Named(f"{at}.passphrase_file", n.passphrase_file, secret=True)
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):  # (checking it says why)
-        return False
 
 
 def _index(cfg: Config, name: str, otherwise: int) -> int:
@@ -161,10 +106,10 @@ def check(
     source = STDIN_NAME if path == STDIN else str(path)
     try:
         text = _read_stdin() if path == STDIN else read_text(path)
-        data, checker = document(text, source, env, available)
+        data, checker = document(text, source, env)
     except ConfigError as e:
         return Checked(source, None, tuple(e.problems))
-    cfg = checker.config(data)
+    cfg = config_of(data, checker, available)
     warnings = _check_paths(cfg, checker, as_service, credentials)
     problems = checker.problems
     described = []

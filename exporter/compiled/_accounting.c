@@ -1,11 +1,16 @@
-/* Compiled fast paths of the accounting (accounting.py): the two records every request brings,
- * and the sweep that makes the timeline final up to a watermark.
+/* Compiled fast paths of the accounting (exporter/accounting/): the two records every request
+ * brings, and the sweep that makes the timeline final up to a watermark.
  *
  * Each function has a pure-Python reference that stays the specification:
- *   add_all(recs, start, ...)   ~ Accounting.add_all_reference(recs[start:]): the finished
- *                                 requests (Interval) and launches (STARTED Events), counted
- *   sweep(pending, lo, hi, ...) ~ Accounting.advance_to_reference(hi): the pending intervals
- *                                 kept, and what the sweep adds to the timeline figures
+ *   add_all(recs, start, acc, types) ~ acc.add_all_reference(recs[start:]) (intake.py):
+ *                                 the finished requests (Interval) and launches (STARTED
+ *                                 Events), counted
+ *   sweep(pending, lo, hi, ...) ~ accounting/sweep.py's sweep: the pending intervals kept, and
+ *                                 what the sweep adds to the timeline figures
+ * It reads the records' fields by position and the accounting's objects by attribute name:
+ * check_layouts(layouts), which exporter.compiled.switch calls at import, refuses Python layouts
+ * (accounting/contract.py, base/records.py) that differ from the ones below, and the switch
+ * then runs the Python references instead.
  * The C side handles only what it can do exactly with 64-bit integers and hands everything
  * else back: add_all returns the index of the first record it leaves to Python (a record of
  * another type or event kind, a node or token count the accounting does not know yet, a value
@@ -13,8 +18,8 @@
  * not what Accounting keeps), having applied every record before it; sweep returns None for
  * Python to sweep instead (a pending interval that is not what Accounting keeps, an interval
  * that ends before it starts, a sum that would overflow) and changes nothing itself. No input
- * raises; only bad argument types do. tests/test_accounting_speedups.py holds both sides to
- * the same state after.
+ * raises; only bad argument types do. tests/unit/compiled/test_accounting.py holds both sides
+ * to the same state after.
  *
  * add_all sums each request's counters per (node, kind) in C while it runs, and adds the sums
  * to the Python objects (KindCounters, NodeState) before it returns; the launches it reads wait
@@ -126,7 +131,38 @@ static int attr_is_int(PyObject *obj, PyObject *name, int none_too) {
     return ok;
 }
 
-/* the interned attribute names */
+/* ---- layouts: the positions and names shared with the Python code (see check_layouts) ---- */
+
+/* records.Interval and Event: each field's position */
+enum {
+    I_NODE, I_START_US, I_END_US, I_TOKENS, I_PROMPT_TOKENS, I_GENERATED_TOKENS, I_PROMPT_US,
+    I_GENERATION_US, I_SLOT, I_TASK, I_PID, I_REASON, I_MODEL, I_N
+};
+#define N_COUNTS (I_GENERATION_US - I_TOKENS + 1) /* tokens .. generation_us: counted as given */
+enum { E_NODE, E_TIME_US, E_KIND, E_PID, E_SLOT, E_TASK, E_DETAIL, E_MODEL, E_N };
+/* accounting.contract.RecordTypes: what add_all takes records of */
+enum { T_INTERVAL, T_EVENT, T_STARTED, T_N };
+/* accounting.contract.ACCOUNTING_READS: the Accounting attributes add_all reads */
+enum {
+    C_NODES, C_NODE_INDEX, C_KIND_OF, C_KIND_BIT, C_BUCKETS_US, C_ORIGIN_US, C_WATERMARK_US,
+    C_PENDING, C_SORTED_KINDS, C_KIND_CACHE, C_N
+};
+/* a pending interval's items (Accounting.pending, accounting/sweep.py's Pending) */
+enum { P_START, P_END, P_NODE, P_BIT, P_N };
+
+static const char *const interval_fields[I_N] = {
+    "node", "start_us", "end_us", "tokens", "prompt_tokens", "generated_tokens", "prompt_us",
+    "generation_us", "slot", "task", "pid", "reason", "model"};
+static const char *const event_fields[E_N] = {"node", "time_us", "kind", "pid",
+                                              "slot", "task", "detail", "model"};
+static const char *const record_types[T_N] = {"interval", "event", "started"};
+static const char *const accounting_reads[C_N] = {
+    "nodes",        "node_index", "kind_of",      "kind_bit",   "buckets_us",
+    "origin_us",    "watermark_us", "pending",    "sorted_kinds", "kind_cache"};
+static PyObject *accounting_names[C_N]; /* (interned) */
+
+/* accounting.contract.NODE_READS, then KIND_READS: a NodeState's attributes add_all reads or
+ * adds to, then a KindCounters' (interned) */
 enum {
     A_IN_FLIGHT,
     A_KINDS,
@@ -150,6 +186,22 @@ static const char *const NAMES[N_NAMES] = {
     "prompt_us",  "generation_us", "histogram_us", "buckets",
 };
 static PyObject *names[N_NAMES];
+#define N_NODE_NAMES A_REQUESTS /* the NodeState's come first */
+
+/* Each layout by the name the switch gives it */
+static const struct {
+    const char *name;
+    const char *const *names;
+    int n;
+} layouts[] = {
+    {"Interval", interval_fields, I_N},
+    {"Event", event_fields, E_N},
+    {"RecordTypes", record_types, T_N},
+    {"Accounting", accounting_reads, C_N},
+    {"NodeState", NAMES, N_NODE_NAMES},
+    {"KindCounters", NAMES + N_NODE_NAMES, N_NAMES - N_NODE_NAMES},
+};
+#define N_LAYOUTS ((int)(sizeof layouts / sizeof layouts[0]))
 
 /* ---- add_all ----------------------------------------------------------------------------- */
 
@@ -469,16 +521,16 @@ static int slot_task(PyObject *slot, PyObject *task, long long *slot_v, long lon
 /* Accounting._interval(iv, True): 1 done, 0 hand back (nothing changed), -1 error */
 static int take_interval(Sums *s, const Ctx *c, PyObject *iv) {
     PyObject **f = &PyTuple_GET_ITEM(iv, 0);
-    PyObject *start_o = f[1], *end_o = f[2], *tokens_o = f[3];
-    long long start, end, v[5];
+    PyObject *start_o = f[I_START_US], *end_o = f[I_END_US], *tokens_o = f[I_TOKENS];
+    long long start, end, v[N_COUNTS];
     if (!as_i64(start_o, &start) || !as_i64(end_o, &end)) return 0;
-    for (int i = 0; i < 5; i++)
-        if (!opt_i64(f[3 + i], &v[i])) return 0;
+    for (int i = 0; i < N_COUNTS; i++)
+        if (!opt_i64(f[I_TOKENS + i], &v[i])) return 0;
     long long slot, task;
-    int has_key = slot_task(f[8], f[9], &slot, &task);
+    int has_key = slot_task(f[I_SLOT], f[I_TASK], &slot, &task);
     if (has_key < 0) return 0;
     int err;
-    NSlot *n = node_slot(s, f[0], c->nodes, c->node_index, &err);
+    NSlot *n = node_slot(s, f[I_NODE], c->nodes, c->node_index, &err);
     if (n == NULL) return err ? -1 : 0;
     /* kind_of[tokens]: what the cache remembers of it (an entry of kind_of never changes),
      * else the dict */
@@ -504,7 +556,7 @@ static int take_interval(Sums *s, const Ctx *c, PyObject *iv) {
     if (__builtin_sub_overflow(end, start, &duration)) return 0;
     if (!add_ok(k->sum[S_REQUESTS], 1, &sum) || !add_ok(k->sum[S_REQUEST_US], duration, &sum))
         return 0;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < N_COUNTS; i++)
         if (!add_ok(k->sum[S_TOKENS + i], v[i], &sum)) return 0;
     /* the timeline: from the origin, and from the watermark if it began behind it (late) */
     PyObject *from = start > c->origin_us ? start_o : c->origin;
@@ -528,11 +580,11 @@ static int take_interval(Sums *s, const Ctx *c, PyObject *iv) {
         PyObject *key = c->key;
         if (key != NULL) { /* (only this function holds it: its items may change) */
             PyObject *old_slot = PyTuple_GET_ITEM(key, 0), *old_task = PyTuple_GET_ITEM(key, 1);
-            Py_INCREF(f[8]), Py_INCREF(f[9]);
-            PyTuple_SET_ITEM(key, 0, f[8]), PyTuple_SET_ITEM(key, 1, f[9]);
+            Py_INCREF(f[I_SLOT]), Py_INCREF(f[I_TASK]);
+            PyTuple_SET_ITEM(key, 0, f[I_SLOT]), PyTuple_SET_ITEM(key, 1, f[I_TASK]);
             Py_DECREF(old_slot), Py_DECREF(old_task);
             Py_INCREF(key);
-        } else if ((key = int_tuple(2, &f[8], 1)) == NULL) {
+        } else if ((key = int_tuple(2, &f[I_SLOT], 1)) == NULL) { /* (slot, task: adjacent) */
             return -1;
         }
         int r = dict_discard(n->in_flight, key);
@@ -540,13 +592,14 @@ static int take_interval(Sums *s, const Ctx *c, PyObject *iv) {
         if (r < 0) return -1;
     }
     k->sum[S_REQUESTS] += 1, k->sum[S_REQUEST_US] += duration;
-    for (int j = 0; j < 5; j++) k->sum[S_TOKENS + j] += v[j];
+    for (int j = 0; j < N_COUNTS; j++) k->sum[S_TOKENS + j] += v[j];
     k->buckets[bisect_left(c->bounds, c->n_bounds, duration)] += 1;
     if (!n->has_end || end > n->last_end) n->last_end = end, n->has_end = 1;
     n->late += late;
     if (end > from_us) {
-        PyObject *items[4] = {from, end_o, n->index, k->bit};
-        PyObject *p = int_tuple(4, items, n->index_int && k->bit_int);
+        PyObject *items[P_N] = {[P_START] = from, [P_END] = end_o, [P_NODE] = n->index,
+                                      [P_BIT] = k->bit};
+        PyObject *p = int_tuple(P_N, items, n->index_int && k->bit_int);
         if (p == NULL) return -1;
         int r = PyList_Append(c->pending, p);
         Py_DECREF(p);
@@ -561,10 +614,10 @@ static int empty_str(PyObject *o) { return PyUnicode_CheckExact(o) && PyUnicode_
 static int take_started(Sums *s, const Ctx *c, PyObject *ev) {
     PyObject **f = &PyTuple_GET_ITEM(ev, 0);
     long long slot, task;
-    int has_key = slot_task(f[4], f[5], &slot, &task);
+    int has_key = slot_task(f[E_SLOT], f[E_TASK], &slot, &task);
     if (has_key < 0) return 0;
     int err;
-    NSlot *n = node_slot(s, f[0], c->nodes, c->node_index, &err);
+    NSlot *n = node_slot(s, f[E_NODE], c->nodes, c->node_index, &err);
     if (n == NULL) return err ? -1 : 0;
     if (!has_key) return 1;
     n->start_lines = 1;
@@ -573,51 +626,40 @@ static int take_started(Sums *s, const Ctx *c, PyObject *ev) {
     for (int j = 0; j < s->nl; j++) {
         Launch *l = &s->launch[j];
         if (l->node == node && l->slot == slot && l->task == task) { /* (its place stays) */
-            Py_INCREF(f[1]);
-            Py_SETREF(l->time, f[1]);
+            Py_INCREF(f[E_TIME_US]);
+            Py_SETREF(l->time, f[E_TIME_US]);
             return 1;
         }
     }
     if (s->nl == MAX_LAUNCHES && launches_flush(s) < 0) return -1;
     Launch *l = &s->launch[s->nl++];
     l->node = node, l->slot = slot, l->task = task;
-    l->key[0] = f[4], l->key[1] = f[5], l->time = f[1];
-    Py_INCREF(f[4]), Py_INCREF(f[5]), Py_INCREF(f[1]);
+    l->key[0] = f[E_SLOT], l->key[1] = f[E_TASK], l->time = f[E_TIME_US];
+    Py_INCREF(f[E_SLOT]), Py_INCREF(f[E_TASK]), Py_INCREF(f[E_TIME_US]);
     return 1;
 }
 
 #define AHEAD 6 /* records */
 
-static PyObject *add_all(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 15) {
-        PyErr_SetString(PyExc_TypeError,
-                        "add_all(recs, start, Interval, Event, STARTED, nodes, node_index, "
-                        "kind_of, kind_bit, buckets_us, origin_us, watermark_us, pending, "
-                        "sorted_kinds, kind_cache)");
-        return NULL;
-    }
-    PyObject *recs = args[0], *interval_type = args[2], *event_type = args[3];
-    PyObject *started = args[4];
-    Ctx c = {.nodes = args[5], .node_index = args[6], .kind_of = args[7], .kind_bit = args[8],
-             .origin = args[10], .watermark = args[11], .pending = args[12],
-             .sorted = args[13]};
-    PyObject *cache = args[14];
-    PyObject *bounds_o = args[9];
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+/* add_all on the accounting's objects `a` (by C_ index), its records of `types` */
+static PyObject *take_all(PyObject *recs, PyObject *start_o, PyObject *const *a,
+                          PyObject *types) {
+    Ctx c = {.nodes = a[C_NODES], .node_index = a[C_NODE_INDEX], .kind_of = a[C_KIND_OF],
+             .kind_bit = a[C_KIND_BIT], .origin = a[C_ORIGIN_US], .watermark = a[C_WATERMARK_US],
+             .pending = a[C_PENDING], .sorted = a[C_SORTED_KINDS]};
+    PyObject *cache = a[C_KIND_CACHE];
+    PyObject *bounds_o = a[C_BUCKETS_US];
+    PyObject *interval_type = PyTuple_GET_ITEM(types, T_INTERVAL);
+    PyObject *event_type = PyTuple_GET_ITEM(types, T_EVENT);
+    PyObject *started = PyTuple_GET_ITEM(types, T_STARTED);
+    Py_ssize_t start = PyLong_AsSsize_t(start_o);
     if (start == -1 && PyErr_Occurred()) return NULL;
-    if ((!PyList_CheckExact(recs) && !PyTuple_CheckExact(recs)) || !PyType_Check(interval_type) ||
-        !PyType_Check(event_type) || !PyDict_CheckExact(c.nodes) ||
+    if ((!PyList_CheckExact(recs) && !PyTuple_CheckExact(recs)) || !PyDict_CheckExact(c.nodes) ||
         !PyDict_CheckExact(c.node_index) || !PyDict_CheckExact(c.kind_of) ||
         !PyDict_CheckExact(c.kind_bit) || !PyTuple_Check(bounds_o) ||
         !PyList_CheckExact(c.pending) || !PyTuple_CheckExact(c.sorted) ||
         !PyByteArray_CheckExact(cache)) {
         PyErr_SetString(PyExc_TypeError, "add_all(): an argument of the wrong type");
-        return NULL;
-    }
-    /* the interval and event types: tuple subclasses (NamedTuples) */
-    if (!PyType_IsSubtype((PyTypeObject *)interval_type, &PyTuple_Type) ||
-        !PyType_IsSubtype((PyTypeObject *)event_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "add_all() needs NamedTuple types for its records");
         return NULL;
     }
     /* (a kind that is not one of the sorted kinds is never cached: every byte stays a kind) */
@@ -653,27 +695,30 @@ static PyObject *add_all(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyObject **items = PySequence_Fast_ITEMS(recs), *rec = items[i];
         /* (memory, not work, is what this loop waits for: the records and then their ints,
          * made a while ago, are fetched ahead) */
-        if (i + 2 * AHEAD < n_now) { /* (an Interval's 11 items span two or three lines) */
+        if (i + 2 * AHEAD < n_now) { /* (an Interval's items span two or three lines) */
             char *ahead = (char *)items[i + 2 * AHEAD];
             __builtin_prefetch(ahead), __builtin_prefetch(ahead + 64);
-            __builtin_prefetch(ahead + offsetof(PyTupleObject, ob_item) + 10 * sizeof(PyObject *));
+            __builtin_prefetch(ahead + offsetof(PyTupleObject, ob_item) + I_PID * sizeof(PyObject *));
         }
         if (i + AHEAD < n_now) {
             PyObject *next = items[i + AHEAD];
-            if (Py_TYPE(next) == (PyTypeObject *)interval_type && PyTuple_GET_SIZE(next) == 13)
-                for (int f = 1; f < 10; f++) __builtin_prefetch(PyTuple_GET_ITEM(next, f));
-            else if (Py_TYPE(next) == (PyTypeObject *)event_type && PyTuple_GET_SIZE(next) == 8)
-                for (int f = 1; f < 6; f += f == 1 ? 3 : 1)
+            if (Py_TYPE(next) == (PyTypeObject *)interval_type &&
+                PyTuple_GET_SIZE(next) == I_N)
+                for (int f = I_START_US; f <= I_TASK; f++)
+                    __builtin_prefetch(PyTuple_GET_ITEM(next, f));
+            else if (Py_TYPE(next) == (PyTypeObject *)event_type && PyTuple_GET_SIZE(next) == E_N)
+                for (int f = E_TIME_US; f <= E_TASK; f += f == E_TIME_US ? E_SLOT - E_TIME_US : 1)
                     __builtin_prefetch(PyTuple_GET_ITEM(next, f));
         }
         PyTypeObject *type = Py_TYPE(rec);
         Py_INCREF(rec);
         /* a timed request of no model instance, a launch of none: the rest is Python's */
-        if (type == (PyTypeObject *)interval_type && PyTuple_GET_SIZE(rec) == 13 &&
-            empty_str(PyTuple_GET_ITEM(rec, 11)) && empty_str(PyTuple_GET_ITEM(rec, 12)))
+        if (type == (PyTypeObject *)interval_type && PyTuple_GET_SIZE(rec) == I_N &&
+            empty_str(PyTuple_GET_ITEM(rec, I_REASON)) && empty_str(PyTuple_GET_ITEM(rec, I_MODEL)))
             r = take_interval(&s, &c, rec);
-        else if (type == (PyTypeObject *)event_type && PyTuple_GET_SIZE(rec) == 8 &&
-                 PyTuple_GET_ITEM(rec, 2) == started && empty_str(PyTuple_GET_ITEM(rec, 7)))
+        else if (type == (PyTypeObject *)event_type && PyTuple_GET_SIZE(rec) == E_N &&
+                 PyTuple_GET_ITEM(rec, E_KIND) == started &&
+                 empty_str(PyTuple_GET_ITEM(rec, E_MODEL)))
             r = take_started(&s, &c, rec);
         else
             r = 0;
@@ -695,6 +740,98 @@ static PyObject *add_all(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (bounds != bounds_small) free(bounds);
     if (r < 0) return NULL;
     return PyLong_FromSsize_t(i);
+}
+
+/* add_all(recs, start, accounting, types) -> index */
+static PyObject *add_all(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "add_all(recs, start, accounting, types)");
+        return NULL;
+    }
+    PyObject *types = args[3];
+    int typed = PyTuple_Check(types) && PyTuple_GET_SIZE(types) == T_N;
+    for (int j = T_INTERVAL; typed && j <= T_EVENT; j++) { /* (NamedTuple types) */
+        PyObject *t = PyTuple_GET_ITEM(types, j);
+        typed = PyType_Check(t) && PyType_IsSubtype((PyTypeObject *)t, &PyTuple_Type);
+    }
+    if (!typed) {
+        PyErr_SetString(PyExc_TypeError, "add_all() needs (Interval, Event, STARTED) types");
+        return NULL;
+    }
+    PyObject *a[C_N] = {NULL};
+    PyObject *out = NULL;
+    for (int j = 0; j < C_N; j++)
+        if ((a[j] = PyObject_GetAttr(args[2], accounting_names[j])) == NULL) goto done;
+    out = take_all(args[0], args[1], a, types);
+done:
+    for (int j = 0; j < C_N; j++) Py_XDECREF(a[j]);
+    return out;
+}
+
+/* ---- check_layouts: the Python side's layouts against this code's ------------------------ */
+
+/* layout k's names as a tuple of str (a new reference), or NULL with an error set */
+static PyObject *layout_names(int k) {
+    PyObject *t = PyTuple_New(layouts[k].n);
+    for (int j = 0; t != NULL && j < layouts[k].n; j++) {
+        PyObject *name = PyUnicode_FromString(layouts[k].names[j]);
+        if (name == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, j, name);
+    }
+    return t;
+}
+
+/* 1 when `given` (any object) holds layout k's names in order and no more, 0 when not, -1 on
+ * an error */
+static int layout_fits(int k, PyObject *given) {
+    if (!PyTuple_Check(given) || PyTuple_GET_SIZE(given) != layouts[k].n) return 0;
+    for (int j = 0; j < layouts[k].n; j++) {
+        PyObject *name = PyTuple_GET_ITEM(given, j);
+        if (!PyUnicode_Check(name)) return 0;
+        int same = PyUnicode_CompareWithASCIIString(name, layouts[k].names[j]);
+        if (same == -1 && PyErr_Occurred()) return -1;
+        if (same != 0) return 0;
+    }
+    return 1;
+}
+
+/* check_layouts({name: names}) -> None; ValueError when a layout is missing, unknown here, or
+ * other than this code was built for. */
+static PyObject *check_layouts(PyObject *self, PyObject *given) {
+    if (!PyDict_Check(given)) {
+        PyErr_SetString(PyExc_TypeError, "check_layouts() takes a dict of layouts");
+        return NULL;
+    }
+    for (int k = 0; k < N_LAYOUTS; k++) {
+        PyObject *names = PyDict_GetItemString(given, layouts[k].name); /* (borrowed) */
+        if (names == NULL) {
+            PyErr_Format(PyExc_ValueError, "no %s layout given", layouts[k].name);
+            return NULL;
+        }
+        int fits = layout_fits(k, names);
+        if (fits < 0) return NULL;
+        if (!fits) {
+            PyObject *built = layout_names(k);
+            if (built != NULL)
+                PyErr_Format(PyExc_ValueError, "%s: built for %R, given %.200R", layouts[k].name,
+                             built, names);
+            Py_XDECREF(built);
+            return NULL;
+        }
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(given, &pos, &key, &value)) {
+        int known = 0;
+        for (int k = 0; k < N_LAYOUTS && !known; k++)
+            known = PyUnicode_Check(key) &&
+                    PyUnicode_CompareWithASCIIString(key, layouts[k].name) == 0;
+        if (!known) {
+            PyErr_Format(PyExc_ValueError, "no layout %.100R here", key);
+            return NULL;
+        }
+    }
+    Py_RETURN_NONE;
 }
 
 /* ---- sweep -------------------------------------------------------------------------------- */
@@ -801,13 +938,14 @@ static PyObject *sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         if (i + 16 < n) __builtin_prefetch(PyList_GET_ITEM(pending, i + 16));
         if (i + 8 < n) { /* (the start and end: ints of the records, anywhere) */
             PyObject *ahead = PyList_GET_ITEM(pending, i + 8);
-            if (PyTuple_CheckExact(ahead) && PyTuple_GET_SIZE(ahead) == 4)
-                __builtin_prefetch(PyTuple_GET_ITEM(ahead, 0)),
-                    __builtin_prefetch(PyTuple_GET_ITEM(ahead, 1));
+            if (PyTuple_CheckExact(ahead) && PyTuple_GET_SIZE(ahead) == P_N)
+                __builtin_prefetch(PyTuple_GET_ITEM(ahead, P_START)),
+                    __builtin_prefetch(PyTuple_GET_ITEM(ahead, P_END));
         }
-        if (!PyTuple_CheckExact(p) || PyTuple_GET_SIZE(p) != 4 ||
-            !as_i64(PyTuple_GET_ITEM(p, 0), &s) || !as_i64(PyTuple_GET_ITEM(p, 1), &e) ||
-            !as_i64(PyTuple_GET_ITEM(p, 2), &node) || !as_i64(PyTuple_GET_ITEM(p, 3), &bit) ||
+        if (!PyTuple_CheckExact(p) || PyTuple_GET_SIZE(p) != P_N ||
+            !as_i64(PyTuple_GET_ITEM(p, P_START), &s) || !as_i64(PyTuple_GET_ITEM(p, P_END), &e) ||
+            !as_i64(PyTuple_GET_ITEM(p, P_NODE), &node) ||
+            !as_i64(PyTuple_GET_ITEM(p, P_BIT), &bit) ||
             node < 0 || node >= n_nodes || bit < 0 || bit >= ((long long)1 << n_kinds) ||
             (bit & (bit - 1)))
             goto fallback;
@@ -825,8 +963,8 @@ static PyObject *sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         if (e > hi) {
             PyObject *kept = p;
             if (s < hi)
-                kept = PyTuple_Pack(4, hi_o, PyTuple_GET_ITEM(p, 1), PyTuple_GET_ITEM(p, 2),
-                                    PyTuple_GET_ITEM(p, 3));
+                kept = PyTuple_Pack(P_N, hi_o, PyTuple_GET_ITEM(p, P_END),
+                                    PyTuple_GET_ITEM(p, P_NODE), PyTuple_GET_ITEM(p, P_BIT));
             else
                 Py_INCREF(p);
             if (kept == NULL || PyList_Append(keep, kept) < 0) {
@@ -895,11 +1033,14 @@ done:
 /* ---- the module --------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
+    {"check_layouts", check_layouts, METH_O,
+     "check_layouts(layouts) -> None: ValueError unless layouts ({name: field or attribute\n"
+     "names}) are the ones this module was built for."},
     {"add_all", (PyCFunction)(void (*)(void))add_all, METH_FASTCALL,
-     "add_all(recs, start, Interval, Event, STARTED, nodes, node_index, kind_of, kind_bit,\n"
-     "buckets_us, origin_us, watermark_us, pending) -> index: Accounting.add_all_reference on\n"
-     "recs[start:] for as long as they are intervals and STARTED events it can take exactly;\n"
-     "the index of the first record it leaves to Python (len(recs) when none)."},
+     "add_all(recs, start, accounting, types) -> index: accounting.add_all_reference on\n"
+     "recs[start:] for as long as they are intervals and STARTED events (of types: Interval,\n"
+     "Event, STARTED) it can take exactly; the index of the first record it leaves to Python\n"
+     "(len(recs) when none)."},
     {"sweep", (PyCFunction)(void (*)(void))sweep, METH_FASTCALL,
      "sweep(pending, lo, hi, n_nodes, n_kinds) -> (keep, concurrency, mix_by_mask, busy,\n"
      "slot_busy) or\n"
@@ -919,5 +1060,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__accounting(void) {
     for (int a = 0; a < N_NAMES; a++)
         if ((names[a] = PyUnicode_InternFromString(NAMES[a])) == NULL) return NULL;
+    for (int a = 0; a < C_N; a++)
+        if ((accounting_names[a] = PyUnicode_InternFromString(accounting_reads[a])) == NULL)
+            return NULL;
     return PyModule_Create(&module);
 }

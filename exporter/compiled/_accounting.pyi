@@ -2,23 +2,9 @@
 
 from collections.abc import Sequence
 
+def check_layouts(layouts: dict[str, tuple[str, ...]], /) -> None: ...
 def add_all(
-    recs: Sequence[object],
-    start: int,
-    interval_type: type[tuple[object, ...]],
-    event_type: type[tuple[object, ...]],
-    started: object,
-    nodes: dict[str, object],
-    node_index: dict[str, int],
-    kind_of: dict[int | None, str],
-    kind_bit: dict[str, int],
-    buckets_us: tuple[int, ...],
-    origin_us: int,
-    watermark_us: int,
-    pending: list[tuple[int, int, int, int]],
-    sorted_kinds: tuple[str, ...],
-    kind_cache: bytearray,
-    /,
+    recs: Sequence[object], start: int, accounting: object, types: tuple[object, ...], /
 ) -> int: ...
 def sweep(
     pending: list[tuple[int, int, int, int]],

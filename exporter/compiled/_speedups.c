@@ -1,6 +1,6 @@
 /* Compiled fast paths for the hot loops of reading a journal: finding and decoding the lines
  * that may matter (the line layer, sources/lines.py), tokenizing the common llama.cpp lines and
- * running the parser's state machine over them (parse.py).
+ * running the parser's state machine over them (parse/tokens.py, parse/parser.py).
  *
  * Each function has a pure-Python reference that stays the specification:
  *   scan(data, ...)       ~ [EntryDecoder(node).decode(raw) or raw
@@ -8,7 +8,7 @@
  *                           (as a Lines, when every line is decoded: a sequence whose LogLines
  *                           are made when first asked for, each line's common token read
  *                           while the line is in the cache; join(parts) chains them)
- *   tokenize(msg)         ~ parse.tokenize(msg)
+ *   tokenize(msg)         ~ parse.tokens.tokenize(msg)
  *   feed(parser, ...)     ~ parser.feed_reference(lines): the Python loop of Parser.feed_all
  *                           (on a Lines, the common lines read from their tokens: no LogLine)
  * The C side handles only the shapes it recognises exactly and hands everything else back
@@ -19,8 +19,12 @@
  * longer than max_line is always handed back. No input raises: arbitrary bytes in scan, any
  * str in tokenize, any values in feed's lines (a time or PID that does not fit in 64 bits, or a
  * time outside times.MIN_TIME_US..MAX_TIME_US, is handed back); only bad argument types do.
- * tests/test_speedups.py and tests/test_fuzz.py hold the two sides to the same answers (and,
- * for feed, the same parser state after).
+ * tests/unit/compiled/test_speedups.py and tests/hostile/test_parse_fuzz.py hold the two sides
+ * to the same answers (and, for feed, the same parser state after).
+ *
+ * The records cross by position and some objects by attribute name: the layouts below name
+ * each position and attribute this code uses, and check_layouts(layouts), which
+ * exporter.compiled.switch calls at import, refuses Python layouts that differ from them.
  */
 #define _GNU_SOURCE /* memmem, memrchr */
 #define PY_SSIZE_T_CLEAN
@@ -34,11 +38,64 @@
 #include <emmintrin.h> /* (every x86-64) */
 #endif
 
-#define MAX_DURATION_US (7LL * 86400LL * 1000000LL) /* parse.MAX_DURATION_US */
-#define MAX_TOKENS 1000000000LL                       /* parse.MAX_TOKENS */
+#define MAX_DURATION_US (7LL * 86400LL * 1000000LL) /* parse.tokens.MAX_DURATION_US */
+#define MAX_TOKENS 1000000000LL                       /* parse.tokens.MAX_TOKENS */
 #define MIN_TIME_US 0LL                               /* times.MIN_TIME_US */
 #define MAX_TIME_US 253402300799999999LL              /* times.MAX_TIME_US */
 #define MAX_PID_DIGITS 10 /* entries: a longer PID is 0 (short) or not the usual shape (JSON) */
+
+/* ---- layouts: the positions and names shared with the Python code (see check_layouts) ---- */
+
+/* records.LogLine, Interval and Event: each field's position */
+enum { L_NODE, L_TIME_US, L_CURSOR, L_PID, L_MESSAGE, L_N };
+enum {
+    I_NODE, I_START_US, I_END_US, I_TOKENS, I_PROMPT_TOKENS, I_GENERATED_TOKENS, I_PROMPT_US,
+    I_GENERATION_US, I_SLOT, I_TASK, I_PID, I_REASON, I_MODEL, I_N
+};
+enum { E_NODE, E_TIME_US, E_KIND, E_PID, E_SLOT, E_TASK, E_DETAIL, E_MODEL, E_N };
+/* parse.tokens: a Token's items, and the kinds this code makes (the first of TOKEN_KINDS) */
+enum { K_KIND, K_SLOT, K_TASK, K_US, K_COUNT, K_N };
+enum { OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE, TOKEN_KINDS_N };
+/* parse.contract.FeedTypes: what feed makes its records of */
+enum { T_INTERVAL, T_STARTED, T_EMPTY, T_EVENT, T_BLOCK, T_NO_BLOCK, T_N };
+/* parse.contract.BLOCK_FIELDS, in the order Block takes them */
+enum { B_SLOT, B_TASK, B_PROMPT_US, B_PROMPT_TOKENS, B_GENERATION_US, B_GENERATED_TOKENS, B_N };
+/* parse.contract.PARSER_READS: the Parser attributes feed reads (and `block`, which it sets) */
+enum { P_NODE, P_PID, P_STARTED, P_LAST_TIMED, P_BLOCK, P_TASK_REASONS, P_N };
+
+static const char *const logline_fields[L_N] = {"node", "time_us", "cursor", "pid", "message"};
+static const char *const interval_fields[I_N] = {
+    "node", "start_us", "end_us", "tokens", "prompt_tokens", "generated_tokens", "prompt_us",
+    "generation_us", "slot", "task", "pid", "reason", "model"};
+static const char *const event_fields[E_N] = {"node", "time_us", "kind", "pid",
+                                              "slot", "task", "detail", "model"};
+static const char *const token_fields[K_N] = {"kind", "slot", "task", "us", "count"};
+static const char *const token_kinds[TOKEN_KINDS_N] = {"OTHER", "HEADER", "PROMPT", "EVAL",
+                                                       "TOTAL", "LAUNCH", "RELEASE"};
+static const char *const feed_types[T_N] = {"interval", "started", "empty",
+                                            "event", "block", "no_block"};
+static const char *const block_fields[B_N] = {
+    "slot", "task", "prompt_us", "prompt_tokens", "generation_us", "generated_tokens"};
+static const char *const parser_reads[P_N] = {"node", "pid", "started",
+                                              "last_timed", "block", "task_reasons"};
+
+/* Each layout by the name the switch gives it; `prefix` when the Python tuple may go on past
+ * the names here (the Python tokenizer makes more kinds than this code). */
+static const struct {
+    const char *name;
+    const char *const *names;
+    int n, prefix;
+} layouts[] = {
+    {"LogLine", logline_fields, L_N, 0},
+    {"Interval", interval_fields, I_N, 0},
+    {"Event", event_fields, E_N, 0},
+    {"Token", token_fields, K_N, 0},
+    {"TokenKind", token_kinds, TOKEN_KINDS_N, 1},
+    {"FeedTypes", feed_types, T_N, 0},
+    {"Block", block_fields, B_N, 0},
+    {"Parser", parser_reads, P_N, 0},
+};
+#define N_LAYOUTS ((int)(sizeof layouts / sizeof layouts[0]))
 
 /* ---- scan: keyword lines of a chunk, the usual shapes decoded ---------------------------- */
 
@@ -76,9 +133,8 @@ static int days_in_month(long long y, long long m) {
 /* What the decoders found in one line: its time and pid, where its message (and, for JSON,
  * cursor) are, and whether they hold escapes; `ok` 0 for a line to hand back raw. */
 enum { SHAPE_SHORT, SHAPE_JSON };
-enum { OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE };
 
-/* What one common line says: a parse.Token with every number present (0 where the Token
+/* What one common line says: a parse.tokens.Token with every number present (0 where the Token
  * holds None: OTHER's four, the slot lines' us and count). */
 typedef struct {
     int kind;
@@ -457,14 +513,14 @@ static PyObject *log_line(PyTypeObject *line_type, PyObject *node, PyObject *emp
     }
     PyObject *line = NULL;
     if (t == NULL || pid == NULL || cursor == NULL || msg == NULL ||
-        (line = line_type->tp_alloc(line_type, 5)) == NULL) {
+        (line = line_type->tp_alloc(line_type, L_N)) == NULL) {
         Py_XDECREF(t), Py_XDECREF(pid), Py_XDECREF(cursor), Py_XDECREF(msg);
         return NULL;
     }
     Py_INCREF(node);
-    PyTuple_SET_ITEM(line, 0, node), PyTuple_SET_ITEM(line, 1, t);
-    PyTuple_SET_ITEM(line, 2, cursor), PyTuple_SET_ITEM(line, 3, pid);
-    PyTuple_SET_ITEM(line, 4, msg);
+    PyTuple_SET_ITEM(line, L_NODE, node), PyTuple_SET_ITEM(line, L_TIME_US, t);
+    PyTuple_SET_ITEM(line, L_CURSOR, cursor), PyTuple_SET_ITEM(line, L_PID, pid);
+    PyTuple_SET_ITEM(line, L_MESSAGE, msg);
     return line;
 }
 
@@ -922,7 +978,7 @@ static int number(Cursor *c, int most, long long *out) {
     return c->i > from;
 }
 
-/* `6739.60` -> microseconds, as parse.ms_to_us; 0 when not that shape or out of range */
+/* `6739.60` -> microseconds, as parse.tokens.ms_to_us; 0 when not that shape or out of range */
 static int duration(Cursor *c, long long *us) {
     long long whole, v = 0;
     if (!number(c, 12, &whole)) return 0;
@@ -967,28 +1023,32 @@ static int contains(const char *s, Py_ssize_t n, const char *what) {
     return 0;
 }
 
-static PyObject *kinds[RELEASE + 1]; /* the kind numbers as ints, made once */
+static PyObject *kinds[TOKEN_KINDS_N]; /* the kind numbers as ints, made once */
 
 static PyObject *token(int kind, long long slot, long long task, long long us, long long count) {
-    PyObject *t = PyTuple_New(5);
+    PyObject *t = PyTuple_New(K_N);
     if (t == NULL) return NULL;
     Py_INCREF(kinds[kind]);
-    PyTuple_SET_ITEM(t, 0, kinds[kind]);
-    long long values[4] = {slot, task, us, count};
-    int numbers = kind == OTHER ? 0 : (kind == PROMPT || kind == EVAL || kind == TOTAL) ? 4 : 2;
-    for (int j = 0; j < 4; j++) {
-        PyObject *v = j < numbers ? PyLong_FromLongLong(values[j]) : Py_NewRef(Py_None);
+    PyTuple_SET_ITEM(t, K_KIND, kinds[kind]);
+    long long values[K_N] = {[K_SLOT] = slot, [K_TASK] = task, [K_US] = us, [K_COUNT] = count};
+    /* the numbers it holds (None after them): none for OTHER, the slot and task of a slot
+     * line, all four for a timing line */
+    int last = kind == OTHER                                          ? K_KIND
+               : (kind == PROMPT || kind == EVAL || kind == TOTAL) ? K_COUNT
+                                                                   : K_TASK;
+    for (int j = K_KIND + 1; j < K_N; j++) {
+        PyObject *v = j <= last ? PyLong_FromLongLong(values[j]) : Py_NewRef(Py_None);
         if (v == NULL) {
             Py_DECREF(t);
             return NULL;
         }
-        PyTuple_SET_ITEM(t, j + 1, v);
+        PyTuple_SET_ITEM(t, j, v);
     }
     return t;
 }
 
 
-/* 1 and `t` filled when `msg` is a common era C/D slot line read exactly as parse.tokenize
+/* 1 and `t` filled when `msg` is a common era C/D slot line read exactly as parse.tokens.tokenize
  * reads it; 0 to hand it back to the reference. */
 static int ascii_token(const char *s, Py_ssize_t n, Tok *t);
 
@@ -1090,13 +1150,10 @@ static PyObject *tokenize(PyObject *self, PyObject *arg) {
 
 /* ---- feed: Parser.feed_all's state machine for runs of common lines ------------------------ */
 
-/* Parser.block as C values: `any` 0 for _NO_BLOCK; each field with its `has` bit (None: 0). */
-enum { B_SLOT, B_TASK, B_PROMPT_US, B_PROMPT_TOKENS, B_GENERATION_US, B_GENERATED_TOKENS };
-static const char *const block_fields[6] = {
-    "slot", "task", "prompt_us", "prompt_tokens", "generation_us", "generated_tokens"};
+/* Parser.block as C values: `any` 0 for NO_BLOCK; each field with its `has` bit (None: 0). */
 typedef struct {
-    int any, has[6];
-    long long v[6];
+    int any, has[B_N];
+    long long v[B_N];
 } Block;
 
 /* The parser's block into `b`: 1, or 0 when a field is no int that fits (feed hands back). */
@@ -1104,7 +1161,7 @@ static int block_in(PyObject *block, PyObject *no_block, Block *b) {
     memset(b, 0, sizeof *b);
     if (block == no_block) return 1;
     b->any = 1;
-    for (int f = 0; f < 6; f++) {
+    for (int f = 0; f < B_N; f++) {
         PyObject *v = PyObject_GetAttrString(block, block_fields[f]);
         if (v == NULL) return -1;
         if (v != Py_None) {
@@ -1126,15 +1183,15 @@ static PyObject *opt_int(int has, long long v) {
     return has ? PyLong_FromLongLong(v) : Py_NewRef(Py_None);
 }
 
-/* `b` back into the parser: _NO_BLOCK, or a new _Block(slot, task, ...). 0, or -1 on error. */
+/* `b` back into the parser: NO_BLOCK, or a new Block(slot, task, ...). 0, or -1 on error. */
 static int block_out(PyObject *parser, const Block *b, PyObject *block_type, PyObject *no_block) {
     PyObject *block;
     if (!b->any) {
         block = Py_NewRef(no_block);
     } else {
-        PyObject *args = PyTuple_New(6);
+        PyObject *args = PyTuple_New(B_N);
         if (args == NULL) return -1;
-        for (int f = 0; f < 6; f++) {
+        for (int f = 0; f < B_N; f++) {
             PyObject *v = opt_int(b->has[f], b->v[f]);
             if (v == NULL) {
                 Py_DECREF(args);
@@ -1146,7 +1203,7 @@ static int block_out(PyObject *parser, const Block *b, PyObject *block_type, PyO
         Py_DECREF(args);
         if (block == NULL) return -1;
     }
-    int bad = PyObject_SetAttrString(parser, "block", block);
+    int bad = PyObject_SetAttrString(parser, parser_reads[P_BLOCK], block);
     Py_DECREF(block);
     return bad;
 }
@@ -1212,7 +1269,7 @@ static int launch_fits(PyObject *started, long long slot, long long task, Py_ssi
 /* One common line's token applied as Parser.feed_all applies it: 1 done, 0 hand back (the line
  * would add a pending stop, which Python decides), -1 on error. */
 static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyObject *node,
-                 Block *b, PyObject *started, PyObject *last_timed, PyObject *marks,
+                 Block *b, PyObject *started, PyObject *last_timed, PyObject *task_reasons,
                  PyObject *const *types, Py_ssize_t max_started, PyObject *out) {
     int matches = (!b->has[B_TASK] || b->v[B_TASK] == t->task) &&
                   (!b->has[B_SLOT] || b->v[B_SLOT] == t->slot);
@@ -1221,8 +1278,9 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
     case EVAL: {
         if (!b->any || !matches) memset(b, 0, sizeof *b), b->any = 1;
         b->v[B_SLOT] = t->slot, b->v[B_TASK] = t->task, b->has[B_SLOT] = b->has[B_TASK] = 1;
-        int f = t->kind == PROMPT ? B_PROMPT_US : B_GENERATION_US;
-        b->v[f] = t->us, b->v[f + 1] = t->count, b->has[f] = b->has[f + 1] = 1;
+        int us = t->kind == PROMPT ? B_PROMPT_US : B_GENERATION_US;
+        int count = t->kind == PROMPT ? B_PROMPT_TOKENS : B_GENERATED_TOKENS;
+        b->v[us] = t->us, b->v[count] = t->count, b->has[us] = b->has[count] = 1;
         return 1;
     }
     case TOTAL: {
@@ -1240,10 +1298,10 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
         int bad = launched == 1 ? PyDict_DelItem(started, key) : launched;
         Py_DECREF(key);
         if (bad < 0) return -1;
-        if (PyDict_GET_SIZE(marks)) { /* marks.pop(task, None): a timed task is no cancel */
+        if (PyDict_GET_SIZE(task_reasons)) { /* task_reasons.pop(task, None): timed, no cancel */
             PyObject *task_key = PyLong_FromLongLong(t->task);
-            int marked = task_key == NULL ? -1 : PyDict_Contains(marks, task_key);
-            bad = marked == 1 ? PyDict_DelItem(marks, task_key) : marked;
+            int noted = task_key == NULL ? -1 : PyDict_Contains(task_reasons, task_key);
+            bad = noted == 1 ? PyDict_DelItem(task_reasons, task_key) : noted;
             Py_XDECREF(task_key);
             if (bad < 0) return -1;
         }
@@ -1252,22 +1310,24 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
             Py_XDECREF(slot), Py_XDECREF(task);
             return -1;
         }
-        PyObject *items[13] = {
-            Py_NewRef(node),
-            PyLong_FromLongLong(end - t->us), /* end in range, us <= a week: no overflow */
-            time != NULL ? Py_NewRef(time) : PyLong_FromLongLong(end),
-            PyLong_FromLongLong(t->count),
-            opt_int(used.has[B_PROMPT_TOKENS], used.v[B_PROMPT_TOKENS]),
-            opt_int(used.has[B_GENERATED_TOKENS], used.v[B_GENERATED_TOKENS]),
-            opt_int(used.has[B_PROMPT_US], used.v[B_PROMPT_US]),
-            opt_int(used.has[B_GENERATION_US], used.v[B_GENERATION_US]),
-            slot,
-            task,
-            Py_NewRef(pid),
-            Py_NewRef(types[2]), /* reason: a timed request */
-            Py_NewRef(types[2]), /* model: none */
+        PyObject *items[I_N] = {
+            [I_NODE] = Py_NewRef(node),
+            /* end in range, us <= a week: no overflow */
+            [I_START_US] = PyLong_FromLongLong(end - t->us),
+            [I_END_US] = time != NULL ? Py_NewRef(time) : PyLong_FromLongLong(end),
+            [I_TOKENS] = PyLong_FromLongLong(t->count),
+            [I_PROMPT_TOKENS] = opt_int(used.has[B_PROMPT_TOKENS], used.v[B_PROMPT_TOKENS]),
+            [I_GENERATED_TOKENS] =
+                opt_int(used.has[B_GENERATED_TOKENS], used.v[B_GENERATED_TOKENS]),
+            [I_PROMPT_US] = opt_int(used.has[B_PROMPT_US], used.v[B_PROMPT_US]),
+            [I_GENERATION_US] = opt_int(used.has[B_GENERATION_US], used.v[B_GENERATION_US]),
+            [I_SLOT] = slot,
+            [I_TASK] = task,
+            [I_PID] = Py_NewRef(pid),
+            [I_REASON] = Py_NewRef(types[T_EMPTY]), /* a timed request */
+            [I_MODEL] = Py_NewRef(types[T_EMPTY]),  /* none outside router mode */
         };
-        PyObject *iv = record((PyTypeObject *)types[0], items, 13);
+        PyObject *iv = record((PyTypeObject *)types[T_INTERVAL], items, I_N);
         if (iv == NULL) return -1;
         bad = PyList_Append(out, iv);
         Py_DECREF(iv);
@@ -1286,12 +1346,17 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
             Py_XDECREF(at);
             return -1;
         }
-        PyObject *items[8] = {
-            Py_NewRef(node), at, Py_NewRef(types[1]), Py_NewRef(pid),
-            PyLong_FromLongLong(t->slot), PyLong_FromLongLong(t->task), Py_NewRef(types[2]),
-            Py_NewRef(types[2]),
+        PyObject *items[E_N] = {
+            [E_NODE] = Py_NewRef(node),
+            [E_TIME_US] = at,
+            [E_KIND] = Py_NewRef(types[T_STARTED]),
+            [E_PID] = Py_NewRef(pid),
+            [E_SLOT] = PyLong_FromLongLong(t->slot),
+            [E_TASK] = PyLong_FromLongLong(t->task),
+            [E_DETAIL] = Py_NewRef(types[T_EMPTY]),
+            [E_MODEL] = Py_NewRef(types[T_EMPTY]),
         };
-        PyObject *ev = record((PyTypeObject *)types[3], items, 8);
+        PyObject *ev = record((PyTypeObject *)types[T_EVENT], items, E_N);
         if (ev == NULL) return -1;
         bad = PyList_Append(out, ev);
         Py_DECREF(ev);
@@ -1337,9 +1402,10 @@ typedef struct {
 } Read;
 
 static int read_tuple(PyObject *line, Read *r) {
-    if (!PyTuple_Check(line) || PyTuple_CheckExact(line) || PyTuple_GET_SIZE(line) != 5) return 0;
-    PyObject *msg = PyTuple_GET_ITEM(line, 4), *pid = PyTuple_GET_ITEM(line, 3);
-    PyObject *time = PyTuple_GET_ITEM(line, 1);
+    if (!PyTuple_Check(line) || PyTuple_CheckExact(line) || PyTuple_GET_SIZE(line) != L_N)
+        return 0;
+    PyObject *msg = PyTuple_GET_ITEM(line, L_MESSAGE), *pid = PyTuple_GET_ITEM(line, L_PID);
+    PyObject *time = PyTuple_GET_ITEM(line, L_TIME_US);
     if (!PyLong_CheckExact(time) || !PyLong_CheckExact(pid)) return 0;
     int time_over = 0, pid_over = 0;
     r->time_us = PyLong_AsLongLongAndOverflow(time, &time_over);
@@ -1362,7 +1428,7 @@ static int read_item(const Item *it, Read *r) {
 }
 
 /* feed(parser, lines, start, out, types, max_started) -> the index of the first line left to
- * Python; lines a tuple of LogLines or a Lines. */
+ * Python; lines a tuple of LogLines or a Lines, types a FeedTypes. */
 static PyObject *feed(PyObject *self, PyObject *args) {
     PyObject *parser, *lines, *out, *types;
     Py_ssize_t start, max_started;
@@ -1374,40 +1440,38 @@ static PyObject *feed(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "feed() takes a tuple of lines or a Lines");
         return NULL;
     }
-    if (PyTuple_GET_SIZE(types) != 6) {
+    if (PyTuple_GET_SIZE(types) != T_N) {
         PyErr_SetString(PyExc_ValueError,
-                        "feed() types: (Interval, STARTED, '', Event, _Block, _NO_BLOCK)");
+                        "feed() types: a FeedTypes (interval, started, empty, event, block, "
+                        "no_block)");
         return NULL;
     }
-    PyObject *ty[6];
-    for (int k = 0; k < 6; k++) ty[k] = PyTuple_GET_ITEM(types, k);
-    for (int k = 0; k < 4; k += 3)
-        if (!is_plain_tuple_type(ty[k])) {
-            PyErr_SetString(PyExc_TypeError, "feed() needs NamedTuple types for its records");
-            return NULL;
-        }
-    PyObject *block_type = ty[4], *no_block = ty[5];
+    PyObject *ty[T_N];
+    for (int k = 0; k < T_N; k++) ty[k] = PyTuple_GET_ITEM(types, k);
+    if (!is_plain_tuple_type(ty[T_INTERVAL]) || !is_plain_tuple_type(ty[T_EVENT])) {
+        PyErr_SetString(PyExc_TypeError, "feed() needs NamedTuple types for its records");
+        return NULL;
+    }
+    PyObject *block_type = ty[T_BLOCK], *no_block = ty[T_NO_BLOCK];
     Lines *ls = lazy ? (Lines *)lines : NULL;
     Py_ssize_t n = lazy ? ls->n : PyTuple_GET_SIZE(lines), i = start;
     if (start < 0 || start > n) {
         PyErr_SetString(PyExc_IndexError, "feed() start out of range");
         return NULL;
     }
-    PyObject *node = PyObject_GetAttrString(parser, "node");
-    PyObject *pid = PyObject_GetAttrString(parser, "pid");
-    PyObject *started = PyObject_GetAttrString(parser, "started");
-    PyObject *last_timed = PyObject_GetAttrString(parser, "last_timed");
-    PyObject *block = PyObject_GetAttrString(parser, "block");
-    PyObject *marks = PyObject_GetAttrString(parser, "marks");
+    PyObject *attr[P_N] = {NULL};
+    for (int k = 0; k < P_N; k++)
+        if ((attr[k] = PyObject_GetAttrString(parser, parser_reads[k])) == NULL) break;
+    PyObject *node = attr[P_NODE], *pid = attr[P_PID], *started = attr[P_STARTED];
+    PyObject *last_timed = attr[P_LAST_TIMED], *block = attr[P_BLOCK];
+    PyObject *task_reasons = attr[P_TASK_REASONS];
     PyObject *zero = PyLong_FromLong(0);
     int ok = -1, changed = 0, pid_over = 0;
     long long pid_value = 0;
     Block b;
-    if (node == NULL || pid == NULL || started == NULL || last_timed == NULL || block == NULL ||
-        marks == NULL || zero == NULL)
-        goto done;
+    if (attr[P_N - 1] == NULL || zero == NULL) goto done; /* (the reads stop at a failure) */
     if (!PyDict_CheckExact(started) || !PyDict_CheckExact(last_timed) ||
-        !PyDict_CheckExact(marks)) {
+        !PyDict_CheckExact(task_reasons)) {
         ok = 1; /* not what Parser holds: leave it all to Python */
         goto done;
     }
@@ -1438,7 +1502,7 @@ static PyObject *feed(PyObject *self, PyObject *args) {
         }
         Block before = b;
         int done = apply(&r.tok, r.time, r.time_us, r.pid_obj, node, &b, started, last_timed,
-                         marks, ty, max_started, out);
+                         task_reasons, ty, max_started, out);
         if (done <= 0) {
             b = before;
             if (done < 0) ok = -1;
@@ -1448,10 +1512,78 @@ static PyObject *feed(PyObject *self, PyObject *args) {
     }
     if (changed && block_out(parser, &b, block_type, no_block) < 0) ok = -1;
 done:
-    Py_XDECREF(node), Py_XDECREF(pid), Py_XDECREF(started), Py_XDECREF(last_timed);
-    Py_XDECREF(block), Py_XDECREF(marks), Py_XDECREF(zero);
+    for (int k = 0; k < P_N; k++) Py_XDECREF(attr[k]);
+    Py_XDECREF(zero);
     if (ok < 0) return NULL;
     return PyLong_FromSsize_t(ok == 0 ? start : i);
+}
+
+/* ---- check_layouts: the Python side's layouts against this code's ------------------------ */
+
+/* layout k's names as a tuple of str (a new reference), or NULL with an error set */
+static PyObject *layout_names(int k) {
+    PyObject *t = PyTuple_New(layouts[k].n);
+    for (int j = 0; t != NULL && j < layouts[k].n; j++) {
+        PyObject *name = PyUnicode_FromString(layouts[k].names[j]);
+        if (name == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, j, name);
+    }
+    return t;
+}
+
+/* 1 when `given` (any object) holds layout k's names in order (and no more, unless the layout
+ * is a prefix), 0 when not, -1 on an error */
+static int layout_fits(int k, PyObject *given) {
+    if (!PyTuple_Check(given)) return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(given);
+    if (layouts[k].prefix ? n < layouts[k].n : n != layouts[k].n) return 0;
+    for (int j = 0; j < layouts[k].n; j++) {
+        PyObject *name = PyTuple_GET_ITEM(given, j);
+        if (!PyUnicode_Check(name)) return 0;
+        int same = PyUnicode_CompareWithASCIIString(name, layouts[k].names[j]);
+        if (same == -1 && PyErr_Occurred()) return -1;
+        if (same != 0) return 0;
+    }
+    return 1;
+}
+
+/* check_layouts({name: names}) -> None; ValueError when a layout is missing, unknown here, or
+ * other than this code was built for. */
+static PyObject *check_layouts(PyObject *self, PyObject *given) {
+    if (!PyDict_Check(given)) {
+        PyErr_SetString(PyExc_TypeError, "check_layouts() takes a dict of layouts");
+        return NULL;
+    }
+    for (int k = 0; k < N_LAYOUTS; k++) {
+        PyObject *names = PyDict_GetItemString(given, layouts[k].name); /* (borrowed) */
+        if (names == NULL) {
+            PyErr_Format(PyExc_ValueError, "no %s layout given", layouts[k].name);
+            return NULL;
+        }
+        int fits = layout_fits(k, names);
+        if (fits < 0) return NULL;
+        if (!fits) {
+            PyObject *built = layout_names(k);
+            if (built != NULL)
+                PyErr_Format(PyExc_ValueError, "%s: built for %R%s, given %.200R", layouts[k].name,
+                             built, layouts[k].prefix ? " (and any after)" : "", names);
+            Py_XDECREF(built);
+            return NULL;
+        }
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(given, &pos, &key, &value)) {
+        int known = 0;
+        for (int k = 0; k < N_LAYOUTS && !known; k++)
+            known = PyUnicode_Check(key) &&
+                    PyUnicode_CompareWithASCIIString(key, layouts[k].name) == 0;
+        if (!known) {
+            PyErr_Format(PyExc_ValueError, "no layout %.100R here", key);
+            return NULL;
+        }
+    }
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
@@ -1470,7 +1602,10 @@ static PyMethodDef methods[] = {
      "join(parts) -> the LogLines of the parts (Lines or sequences of LogLines) in order: a\n"
      "Lines when one of them is a Lines, else a tuple."},
     {"tokenize", tokenize, METH_O,
-     "tokenize(msg) -> parse.tokenize(msg) for the common era C and D slot lines, else None."},
+     "tokenize(msg) -> parse.tokens.tokenize(msg) for the common era C and D slot lines, else None."},
+    {"check_layouts", check_layouts, METH_O,
+     "check_layouts(layouts) -> None: ValueError unless layouts ({name: field or attribute\n"
+     "names}) are those this module was built for (exporter.compiled.switch hands them over)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1485,7 +1620,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     init_json_stop();
-    for (int k = OTHER; k <= RELEASE; k++)
+    for (int k = 0; k < TOKEN_KINDS_N; k++)
         if ((kinds[k] = PyLong_FromLong(k)) == NULL) return NULL;
     if (PyType_Ready(&LinesType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);

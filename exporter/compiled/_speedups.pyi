@@ -2,6 +2,8 @@
 
 Each hands back what it does not read exactly (raw bytes, None, an index) and raises only on
 arguments of the wrong type: never on the bytes, text or line values it is given.
+`check_layouts` raises ValueError on Python layouts other than those it was built for
+(exporter.compiled.switch hands them over at import).
 """
 
 from collections.abc import Sequence
@@ -40,3 +42,4 @@ def feed(
     max_started: int,
     /,
 ) -> int: ...
+def check_layouts(layouts: dict[str, tuple[str, ...]], /) -> None: ...

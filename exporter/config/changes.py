@@ -1,11 +1,14 @@
-"""What a re-read config changes against the one in force, in words for the log, and which
-nodes' sources must start again."""
+"""What a re-read config changes against the one in force: nodes, their sources, settings.
+
+Each change in words for the log; the nodes whose sources must start again.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from exporter.config.config import Config, NodeConfig
+from exporter.config.schema import Config
+from exporter.sources.registry import NodeConfig
 
 
 @dataclass(frozen=True)

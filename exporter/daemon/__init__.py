@@ -1,1 +1,1 @@
-"""The daemon: supervision, ingest, reload, checkpoint then publish, systemd status."""
+"""The daemon: sources followed, batches ingested, the config reloaded, checkpoint then publish."""

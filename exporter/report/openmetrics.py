@@ -1,20 +1,21 @@
 """Past windows as the daemon would have served them, every step: OpenMetrics for backfill.
 
-`Replay` runs the daemon's own ingest step (pipeline.apply_batch, the parser's flush, the
+`Replay` runs the daemon's own ingest step (ingest.step: apply_batch, the tick's flush, the
 accounting's watermark) over a window's lines in time order, with "now" moving one `step` at a
 time: at each step every node's lines up to then are in, and the snapshot is what /metrics
 would have shown at that moment (the watermark-accounted counters as of that step's watermark,
 the gauges as of the step). Counters start at 0 at `since`.
 
-`write` renders each snapshot as the daemon renders it (collector.Renderer, OpenMetrics) and
-writes the samples with their timestamps in the form `promtool tsdb create-blocks-from
-openmetrics` takes: each series' samples together and in time order, `# EOF` at the end. The
-process's own metrics and smllm_exporter_build_info are left out. With `part_seconds` it writes
-one file per part (promtool's blocks are two hours: a part of that is one block), each valid on
-its own, so memory holds one part's samples at a time, whatever the window. Each file is
-written as outfile.opened writes (a regular file replaced whole, a device or FIFO in place).
+`write` renders each snapshot as the daemon renders it (exposition.render.Renderer,
+OpenMetrics) and writes the samples with their timestamps in the form `promtool tsdb
+create-blocks-from openmetrics` takes: each series' samples together and in time order, `# EOF`
+at the end. The process's own metrics and smllm_exporter_build_info are left out. With
+`part_seconds` it writes one file per part (promtool's blocks are two hours: a part of that is
+one block), each valid on its own, so memory holds one part's samples at a time, whatever the
+window. Each file is written as outfile.opened writes (a regular file replaced whole, a device
+or FIFO in place).
 
-`Settings` default to the config's own defaults (the daemon's). `estimate` sizes a backfill
+Its `Settings` are the daemon's (exporter/ingest/settings.py). `estimate` sizes a backfill
 (its steps times the series of a snapshot) before anything is read, and `too_big` refuses one
 over MAX_SAMPLES or over the room left where it goes.
 """
@@ -23,53 +24,21 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.accounting.accounting import SECOND, Accounting, Snapshot
-from exporter.base.kinds import Kinds
+from exporter.accounting.accounting import Accounting
+from exporter.accounting.figures import Snapshot
+from exporter.accounting.settings import Settings
 from exporter.base.outfile import opened
 from exporter.base.records import Batch, LogLine
-from exporter.config.config import Config
+from exporter.base.times import SECOND
 from exporter.exposition.render import Renderer
-from exporter.ingest.step import apply_batch
+from exporter.ingest.step import apply_batch, flush
 from exporter.parse.parser import Parser
 
 BLOCK_S = 2 * 3600  # promtool's block: a part of the output
 LEFT_OUT = ("smllm_exporter_build_info", "smllm_checkpoint_errors")  # (the process's own)
-
-
-_DEFAULTS = Config()  # (the config's own defaults: the daemon's)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the daemon's config says of accounting, with the config's own defaults."""
-
-    kinds: Kinds = field(default_factory=lambda: _DEFAULTS.kinds)
-    max_request_us: int = _DEFAULTS.max_request_seconds * SECOND
-    stall_us: int = _DEFAULTS.stall_seconds * SECOND
-    buckets_s: tuple[float, ...] = _DEFAULTS.duration_buckets
-    slots: int = _DEFAULTS.slots
-    clock_allowance_us: int = _DEFAULTS.clock_allowance_seconds * SECOND
-    start_timeout_us: int = _DEFAULTS.start_timeout_seconds * SECOND
-    slow_start_share: float = _DEFAULTS.slow_start_share
-
-    @classmethod
-    def of(
-        cls, cfg: Config, kinds: Kinds | None = None, max_request_s: int | None = None
-    ) -> Settings:
-        """A config's settings; `kinds` and `max_request_s` (the report's options) over it."""
-        return cls(
-            kinds if kinds is not None else cfg.kinds,
-            max_request_us=(max_request_s or cfg.max_request_seconds) * SECOND,
-            stall_us=cfg.stall_seconds * SECOND,
-            buckets_s=cfg.duration_buckets,
-            slots=cfg.slots,
-            clock_allowance_us=cfg.clock_allowance_seconds * SECOND,
-            start_timeout_us=cfg.start_timeout_seconds * SECOND,
-            slow_start_share=cfg.slow_start_share,
-        )
 
 
 class Replay:
@@ -121,17 +90,7 @@ class Replay:
 
 
 def _accounting(nodes: Sequence[str], s: Settings, origin_us: int) -> Accounting:
-    return Accounting(
-        nodes,
-        s.kinds,
-        origin_us=origin_us,
-        max_request_us=s.max_request_us,
-        stall_us=s.stall_us,
-        buckets_s=s.buckets_s,
-        clock_allowance_us=s.clock_allowance_us,
-        start_timeout_us=s.start_timeout_us,
-        slow_start_share=s.slow_start_share,
-    )
+    return Accounting(nodes, s, origin_us=origin_us)
 
 
 TICK_US = SECOND // 2  # the daemon's tick (tick_seconds) while batches come
@@ -191,9 +150,7 @@ class _Feed:
         )
         apply_batch(batch, parser, acc, now_us)
         self.done = j
-        flushed = parser.flush(acc.read_until(parser.node, now_us))
-        if flushed:
-            acc.add_all(flushed)
+        flush(parser, acc, now_us)
 
 
 def write(

@@ -1,31 +1,41 @@
-"""One-shot report: nodes' Batches over a past window -> fresh accounting -> the seed's tables.
+"""The report's figures: nodes' Batches over a past window through fresh parsers and accounting.
 
 Pure: it reads nothing itself (the sources' `window` readers hand it Batches). Requests count by
 their end in [since, until], as the seed counts them. Busy, concurrency and mix seconds come from
 every interval that overlaps the window, clipped to it, exactly. Parse errors are the lines that
 looked like timing lines but did not parse, counted as the daemon counts them. The window's
-timeline (`timeline.Window`: its intervals, or bins of them, for the HTML report) takes the
-same intervals: those counted, and those that only reach into the window from before its end;
-only a Builder made with `timeline=True` (for the HTML report) builds one: the text and JSON
-print none.
+lanes (`lanes.Window`: its intervals, or bins of them, for the HTML report) take the same
+intervals: those counted, and those that only reach into the window from before its end; only a
+Builder made with `timeline=True` (for the HTML report) builds them: the text and JSON
+(`report/text.py`) print none.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from exporter.accounting.accounting import SECOND, Accounting, Snapshot
+from exporter.accounting.accounting import Accounting
+from exporter.accounting.figures import Snapshot
 from exporter.accounting.lanes import Window
+from exporter.accounting.settings import Settings
 from exporter.base.kinds import Kinds
-from exporter.base.records import REASONS, Batch, Event, EventKind, Interval, Record
-from exporter.parse.parser import DEFAULT_SLOTS, Parser
+from exporter.base.records import (
+    E_KIND,
+    E_TIME_US,
+    I_END_US,
+    I_REASON,
+    I_START_US,
+    I_TOKENS,
+    Batch,
+    Event,
+    EventKind,
+    Interval,
+    Record,
+)
+from exporter.base.times import SECOND
+from exporter.parse.parser import Parser
 from exporter.startup.llama import Startup
-
-# Column labels the seed prints for its two kinds.
-_SEED_LABELS = {"extraction": "extract", "reconcile": "reconcile"}
 
 
 @dataclass
@@ -60,25 +70,18 @@ class Builder:
     def __init__(
         self,
         nodes: Sequence[str],
-        kinds: Kinds,
+        settings: Settings,
         since_us: int,
         until_us: int,
-        max_request_us: int = 600 * SECOND,
-        slots: int = DEFAULT_SLOTS,
         *,
         timeline: bool = False,
     ) -> None:
-        self.kinds, self.since_us, self.until_us = kinds, since_us, until_us
-        self.max_request_us = max_request_us
+        self.kinds, self.since_us, self.until_us = settings.kinds, since_us, until_us
+        self.max_request_us = max_request_us = settings.max_request_us
         self._startups: list[Startup] = []  # (every one that ended, as it ended)
         self._read_us: dict[str, int] = {}  # per node, the newest journal time read
-        self.acc = Accounting(
-            list(nodes),
-            kinds,
-            origin_us=since_us,
-            max_request_us=max_request_us,
-            startups=self._startups,
-        )
+        self.acc = Accounting(list(nodes), settings, origin_us=since_us, startups=self._startups)
+        slots = settings.slots
         self.parsers = {n: Parser(n, slots=slots, gone_us=max_request_us) for n in nodes}
         self._counted: list[tuple[int | None, int]] = []  # (tokens, duration) of each counted
         self.errors: dict[str, list[str]] = {n: [] for n in nodes}
@@ -134,13 +137,13 @@ class Builder:
         run: list[Record] = []
         for rec in recs:
             if type(rec) is Interval:
-                end = rec[2]
+                end = rec[I_END_US]
                 if since <= end <= until:
                     run.append(rec)
-                    if not rec[11]:  # (a timed request: the kinds' durations)
-                        counted.append((rec[3], end - rec[1]))
+                    if not rec[I_REASON]:  # (a timed request: the kinds' durations)
+                        counted.append((rec[I_TOKENS], end - rec[I_START_US]))
                     continue
-            elif since <= rec[1] <= until and rec[2] is not _PARSE_ERROR:
+            elif since <= rec[E_TIME_US] <= until and rec[E_KIND] is not _PARSE_ERROR:
                 run.append(rec)
                 continue
             if run:
@@ -170,143 +173,15 @@ class Builder:
 
 def build(
     batches: Mapping[str, Iterable[Batch]],
-    kinds: Kinds,
+    settings: Settings,
     since_us: int,
     until_us: int,
-    max_request_us: int = 600 * SECOND,
     *,
     timeline: bool = False,
 ) -> Report:
     """The report of every node's Batches."""
-    builder = Builder(list(batches), kinds, since_us, until_us, max_request_us, timeline=timeline)
+    builder = Builder(list(batches), settings, since_us, until_us, timeline=timeline)
     for node_batches in batches.values():
         for batch in node_batches:
             builder.add(batch)
     return builder.finish()
-
-
-def median_us(durations: Sequence[int]) -> int | None:
-    """The upper middle of the sorted durations, as the seed takes it."""
-    return sorted(durations)[len(durations) // 2] if durations else None
-
-
-def to_json(r: Report) -> dict[str, Any]:
-    snap = r.snapshot
-    nodes = {}
-    for n in snap.nodes:
-        nodes[n.name] = {
-            "requests": sum(c.requests for c in n.kinds.values()),
-            "kinds": {k: c.requests for k, c in n.kinds.items()},
-            "busy_seconds": n.busy_us / SECOND,
-            "tokens": sum(c.tokens for c in n.kinds.values()),
-            "slot_busy_seconds": n.slot_busy_us / SECOND,
-            "slots": n.slots,
-            "server_up": n.server_up,
-            "untimed": {
-                reason: {"requests": count, "seconds": us / SECOND}
-                for reason, (count, us) in n.untimed.items()
-            },
-        }
-        if n.models:
-            nodes[n.name]["models"] = {
-                m: {"requests": k, "request_seconds": us / SECOND, "tokens": t}
-                for m, (k, us, t) in n.models.items()
-            }
-    kinds = {}
-    for k in snap.kind_names:
-        med = median_us(r.durations_us[k])
-        kinds[k] = {
-            "requests": sum(n.kinds[k].requests for n in snap.nodes),
-            "request_seconds": sum(n.kinds[k].request_us for n in snap.nodes) / SECOND,
-            "median_seconds": None if med is None else med / SECOND,
-        }
-    total_us = sum(n.busy_us for n in snap.nodes)
-    return {
-        "since": r.since_us / SECOND,
-        "until": r.until_us / SECOND,
-        "window_seconds": r.wall_s,
-        "nodes": nodes,
-        "concurrency_seconds": {str(k): v / SECOND for k, v in enumerate(snap.concurrency_us)},
-        "mix_seconds": {m: v / SECOND for m, v in snap.mix_us.items()},
-        "kinds": kinds,
-        "total_node_seconds": total_us / SECOND,
-        "ideal_seconds": total_us / SECOND / max(1, len(snap.nodes)),
-        "parse_errors": {n.name: n.parse_errors for n in snap.nodes},
-    }
-
-
-def to_text(r: Report) -> str:
-    """The seed script's tables, line for line, with exact figures."""
-    snap = r.snapshot
-    wall = r.wall_s
-    kinds = snap.kind_names
-    width = max([5, *(len(n.name) for n in snap.nodes)])
-    out = [f"window {wall / 60:.1f} min", ""]
-    head = "  " + "node".ljust(width) + "   requests"
-    widths = {k: max(8, len(_SEED_LABELS.get(k, k)) + 1) for k in kinds}
-    for k in kinds:
-        head += " " + _SEED_LABELS.get(k, k).rjust(widths[k])
-    out.append(head + "  busy time   busy %")
-    for n in snap.nodes:
-        row = f"  {n.name:<{width}}  {sum(c.requests for c in n.kinds.values()):8d}"
-        for k in kinds:
-            row += f" {n.kinds[k].requests:{widths[k]}d}"
-        busy = n.busy_us / SECOND
-        out.append(row + f" {busy / 60:7.1f} min {100 * busy / wall:7.1f}%")
-
-    out += ["", "  nodes working at once    share of wall time"]
-    for busy_nodes, v_us in enumerate(snap.concurrency_us):
-        v = v_us / SECOND
-        bar = "#" * round(40 * v / wall)
-        out.append(
-            f"        {busy_nodes}                {100 * v / wall:5.1f}%  {v / 60:5.1f} min  {bar}"
-        )
-
-    out.append("")
-    label_w = max(len(k) for k in kinds) + 1
-    for i, k in enumerate(kinds):
-        calls = r.durations_us[k]
-        secs = sum(n.kinds[k].request_us for n in snap.nodes) / SECOND
-        med = median_us(calls)
-        if med is not None:
-            out.append(
-                f"  {k + ':':<{label_w}} {len(calls)} calls, {secs / 60:.1f} node-min, "
-                f"median {med / SECOND:.1f} s"
-            )
-        elif i == 0:
-            out.append(f"  {k + ':':<{label_w}} no calls in the window")
-    for k in kinds[1:]:
-        out.append(f"  wall time with only {k} running: {snap.mix_us[k] / SECOND / 60:.1f} min")
-
-    untimed = _untimed_line(snap)
-    if untimed:
-        out.append(untimed)
-
-    total = sum(n.busy_us for n in snap.nodes) / SECOND
-    count = len(snap.nodes)
-    ideal = total / max(1, count)
-    out += [
-        "",
-        f"  total node-work {total / 60:.1f} node-min; "
-        f"spread perfectly over {count} nodes that is {ideal / 60:.1f} min "
-        f"against {wall / 60:.1f} min actual",
-    ]
-    return "\n".join(out) + "\n"
-
-
-def _untimed_line(snap: Snapshot) -> str:
-    """Slot occupancies without a timing block, by reason, when there were any (the seed's
-    data has none: its lines stay as they were)."""
-    parts = []
-    for reason in REASONS:
-        count = sum(n.untimed[reason][0] for n in snap.nodes)
-        if count:
-            us = sum(n.untimed[reason][1] for n in snap.nodes)
-            parts.append(f"{reason} {count} ({us / SECOND / 60:.1f} node-min)")
-    return "  untimed occupancy: " + ", ".join(parts) if parts else ""
-
-
-def render(r: Report, fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(to_json(r), indent=2) + "\n"
-    return to_text(r)

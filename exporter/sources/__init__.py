@@ -1,1 +1,1 @@
-"""Sources: where a node's journal lines come from, one module per source kind."""
+"""Sources: where a node's journal lines come from; each source kind a record, its reader apart."""

@@ -1,10 +1,10 @@
-"""What every source kind shares: the Source protocol, SourceError, and report progress."""
+"""What every source kind shares: the Source and Reader protocols, SourceError, report progress."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
 from exporter.base.records import Batch
 
@@ -17,6 +17,22 @@ class Source(Protocol):
     SourceError (or anything else) when it cannot go on, and is then started again."""
 
     async def run(self, out: asyncio.Queue[Batch]) -> None: ...
+
+
+class Reader(Protocol):
+    """What the reader module a source kind names (`SourceKind.reader`) offers, for a node of
+    that kind: the daemon's Source, and a report's window."""
+
+    def follow(self, node: Any, since_us: int, position: str) -> Source:
+        """The node's Source, from `position` (or `since_us` without one)."""
+        ...
+
+    def window(
+        self, node: Any, since_us: int, until_us: int, progress: Progress | None = None
+    ) -> AsyncIterator[Batch]:
+        """The node's entries from `since_us` to (at least) `until_us` that may matter, as
+        Batches; SourceError when they cannot be read."""
+        ...
 
 
 class SourceError(Exception):

@@ -25,7 +25,7 @@ from itertools import chain
 
 from exporter.base.records import Batch, LogLine
 from exporter.compiled.switch import speedups
-from exporter.parse.parser import KEYWORDS as PARSER_KEYWORDS
+from exporter.parse.tokens import KEYWORDS as PARSER_KEYWORDS
 from exporter.sources.entries import EntryDecoder, EntryError
 
 MAX_LINE = 1 << 20

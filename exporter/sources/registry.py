@@ -1,85 +1,86 @@
-"""Sources: where a node's journal lines come from, and the registry that picks a node's reader.
+"""The source kinds in one table, and what the config, the daemon and the report ask of a node's.
 
-Every kind (`file`, `journal`, `ssh`) offers `follow` (the daemon: Batches until cancelled,
-resuming from a position) and `window(since, until)` (the report: the Batches of a past window,
-then the end), both over the same line layer. This registry is the only place that switches on a
-node's kind; a kind's module is imported only when a node of that kind is read, so an `ssh` node
-never needs systemd-python.
+Every kind is one record (`kind.SourceKind`) in its own module: `file`, `journal`, `ssh` (the
+kinds whose journal is read, each offering `follow` for the daemon: Batches until cancelled,
+resuming from a position, and `window(since, until)` for the report, over the same line layer)
+and `init-timeline` (only shown). This is the only place that switches on a node's kind. A
+kind's reader module is imported by name when a node of that kind is read, so the config loads
+without systemd-python or asyncssh, and an `ssh` node never needs systemd-python.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import importlib.util
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, cast
 
 from exporter.base.records import Batch
-from exporter.config.config import FileNode, JournalNode, NodeConfig, SshNode
-from exporter.sources.base import Progress, Source, SourceError
+from exporter.sources import file, inittimeline, journal, ssh
+from exporter.sources.base import Progress, Reader, Source, SourceError
+from exporter.sources.file import FileNode
+from exporter.sources.inittimeline import InitTimelineNode
+from exporter.sources.journal import JournalNode
+from exporter.sources.kind import Named, SourceKind
+from exporter.sources.ssh import SshNode
 
-__all__ = [
-    "AVAILABLE",
-    "Progress",
-    "Source",
-    "SourceError",
-    "follow",
-    "host_keys",
-    "read_windows",
-    "resumes",
-    "window",
-]
+KINDS: dict[str, SourceKind[Any]] = {
+    k.source: k for k in (file.KIND, journal.KIND, ssh.KIND, inittimeline.KIND)
+}
+NodeConfig = FileNode | JournalNode | SshNode  # a node whose journal is read
+AnyNode = NodeConfig | InitTimelineNode
 
+NODE_KEYS = {source: kind.keys for source, kind in KINDS.items()}
+ALL_SOURCES = frozenset(KINDS)
+ANY_NODE_KEY = frozenset().union(*NODE_KEYS.values())
 # The kinds of source this installation can read (`journal` needs systemd-python).
 AVAILABLE = frozenset(
-    {"file", "ssh", "init-timeline"}
-    | ({"journal"} if importlib.util.find_spec("systemd") is not None else set())
+    source
+    for source, kind in KINDS.items()
+    if kind.needs is None or importlib.util.find_spec(kind.needs.package) is not None
 )
 
 
-def _unavailable(node: NodeConfig) -> SourceError:
-    return SourceError(
-        f"node {node.name}: source {node.source!r} is not available here "
-        f"(the journal source needs systemd-python: pip install 'sm-llm-exporter[journal]')"
-    )
+def kind_of(node: AnyNode) -> SourceKind[Any]:
+    """The record of the node's kind."""
+    return KINDS[node.source]
+
+
+def describe(node: AnyNode) -> str:
+    """The node in one line, for logs and check-config."""
+    return kind_of(node).describe(node)
+
+
+def paths(node: AnyNode, at: str) -> Iterator[Named]:
+    """Every local path the node names, under its key path `at` (`nodes[2]`)."""
+    return kind_of(node).paths(node, at)
+
+
+def reader(node: NodeConfig) -> Reader:
+    """The reader module of the node's kind, imported now; SourceError when this installation
+    cannot read that kind."""
+    kind = kind_of(node)
+    if kind.reader is None:
+        raise SourceError(f"node {node.name}: source {node.source!r} has no journal to read")
+    if kind.source not in AVAILABLE:
+        install = f" ({kind.needs.install})" if kind.needs is not None else ""
+        raise SourceError(
+            f"node {node.name}: source {node.source!r} is not available here{install}"
+        )
+    return cast(Reader, importlib.import_module(kind.reader))
 
 
 def follow(node: NodeConfig, since_us: int, position: str) -> Source:
     """The daemon's source for a configured node, from `position` (or `since_us` without one)."""
-    if isinstance(node, FileNode):
-        from exporter.sources.file import FileSource
-
-        return FileSource(node.name, node.path, since_us=since_us, position=position)
-    if isinstance(node, SshNode):
-        from exporter.sources.ssh import SshSource
-
-        return SshSource(node, since_us=since_us, position=position)
-    if "journal" not in AVAILABLE:
-        raise _unavailable(node)
-    from exporter.sources.journal import JournalSource
-
-    return JournalSource(
-        node.name,
-        node.unit,
-        since_us=since_us,
-        position=position,
-        directory=node.directory,
-        files=node.files,
-    )
+    return reader(node).follow(node, since_us, position)
 
 
 def resumes(node: NodeConfig, position: str) -> bool:
     """Can `node`'s source go on from `position` (saved by a source of its kind)? A dump's is
     a place in one file (its inode, within its size); the journal's and SSH's go on from
     their cursor's time whatever became of it. Blocking (a stat): call it off the loop."""
-    if not position or not isinstance(node, FileNode):
-        return True
-    from exporter.sources.file import FilePosition
-
-    saved = FilePosition.parse(position)
-    try:
-        return saved is not None and saved.of(node.path.stat())
-    except OSError:  # (not there yet: read from its start once it is)
-        return False
+    return kind_of(node).resumes(node, position)
 
 
 def window(
@@ -87,20 +88,7 @@ def window(
 ) -> AsyncIterator[Batch]:
     """A configured node's entries from `since_us` to (at least) `until_us` that may matter, as
     Batches; SourceError when they cannot be read."""
-    if isinstance(node, FileNode):
-        from exporter.sources import file
-
-        return file.window(node.name, node.path, since_us, until_us)
-    if isinstance(node, SshNode):
-        from exporter.sources import ssh
-
-        return ssh.window(node, since_us, until_us, progress)
-    if "journal" not in AVAILABLE:
-        raise _unavailable(node)
-    from exporter.sources import journal
-
-    assert isinstance(node, JournalNode)
-    return journal.window(node, since_us, until_us)
+    return reader(node).window(node, since_us, until_us, progress)
 
 
 async def read_windows(
@@ -129,24 +117,3 @@ async def read_windows(
         for node in nodes:
             tg.create_task(one(node), name=f"window {node.name}")
     return failed
-
-
-async def host_keys(
-    nodes: Sequence[NodeConfig], *, named: bool = False
-) -> tuple[list[str], list[str]]:
-    """known_hosts lines (with SHA256 fingerprints as comments) of every SSH node reached, and
-    why each of the others could not be; a node of another kind is one of those when `named`."""
-    lines: list[str] = []
-    problems: list[str] = []
-    for node in nodes:
-        if not isinstance(node, SshNode):
-            if named:
-                problems.append(f"node {node.name}: not an ssh node (source: {node.source})")
-            continue
-        from exporter.sources.ssh import host_key
-
-        try:
-            lines += await host_key(node.name, node.host, node.port)
-        except SourceError as e:
-            problems.append(str(e))
-    return lines, problems

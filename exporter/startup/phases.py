@@ -6,8 +6,8 @@ extra), in seconds since the epoch as floats, as vllm-omni's `init_timeline.py` 
 `Timeline.table()` and `Timeline.suggest_timeouts()` give what that module's `format_table()` and
 `suggest_timeouts()` give on the same phases, character for character (the tests run the seed's
 own code on them); `merge()` takes phases in with its de-duplication key (pid, name, start). Both
-kinds of start-up use it: llama-server's, read from the journal (`startups`), and vllm-omni's,
-read from its files (`inittimeline`). Pure: no clock, no I/O; a running start-up's total is up to
+kinds of start-up use it: llama-server's, read from the journal (`llama.py`), and vllm-omni's,
+read from its files (`vllm.py`). Pure: no clock, no I/O; a running start-up's total is up to
 the `now` the caller gives.
 """
 

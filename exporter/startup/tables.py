@@ -33,7 +33,7 @@ _HOW = {
     REPLACED: "never listening: a new start-up began after {s:.2f} s",
     RUNNING: "not listening by the end of what was read ({s:.2f} s so far)",
 }
-_WHOLE = ("starting", "started", "initializing")  # a start-up's first mark when none was missed
+_WHOLE = ("starting", "started", "initializing")  # a start-up's first milestone, none missed
 
 
 def startups_text(startups: Sequence[Startup], factor: float, unit: str) -> str:
@@ -63,7 +63,7 @@ def startups_json(
                 "end": s.end_us / SECOND,
                 "ended": s.end,
                 "seconds": s.seconds,
-                "first_mark": s.marks[0][0] if s.marks else None,
+                "first_mark": s.milestones[0][0] if s.milestones else None,
                 "timeline": t.to_dict(),
                 "table": table(t),
                 "suggested": t.suggest_timeouts(factor),
@@ -87,8 +87,8 @@ def startups_json(
 def _headline(s: Startup) -> str:
     how = _HOW[s.end].format(s=s.seconds)
     line = f"{s.node}: start-up at {iso(s.start_us)}, llama-server PID {s.pid or '?'}, {how}"
-    if s.marks and s.marks[0][0] not in _WHOLE:
-        line += f" (its first line read was `{s.marks[0][0]}`: earlier ones were not read)"
+    if s.milestones and s.milestones[0][0] not in _WHOLE:
+        line += f" (its first line read was `{s.milestones[0][0]}`: earlier ones were not read)"
     return escape(line)
 
 

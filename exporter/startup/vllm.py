@@ -1,5 +1,4 @@
-"""Reads vllm-omni init timelines: a JSON dump and a run directory's worker_*.jsonl files, merged
-with the seed's key.
+"""Reads vllm-omni init timelines: a JSON dump and a run directory's worker files, merged.
 
 vllm-omni's `init_timeline.py` (the seed) writes the engine's JSON dump (`{"schema": 1, "t0",
 "t_end", "total_s", "phases"}`) and, in a run directory, a `worker_<pid>.jsonl` per worker

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.config.config import InitTimelineNode
+from exporter.sources.inittimeline import InitTimelineNode
 from exporter.startup.phases import DEFAULT_FACTOR, Figures
 from exporter.startup.vllm import InitTimelineError, Loaded, load, signature
 

@@ -2,12 +2,13 @@
 
 Pure: each function turns what it is handed into a document (no clock, no I/O, no JavaScript).
 Every text that comes from outside (node names, errors, kind names) is escaped. The charts are
-exporter.web.svg's (its docstring gives the timeline's form: lanes, rects, bins, the strip).
+svg.py's and timeline.py's (whose docstring gives the timeline's form: lanes, rects, bins, the
+strip).
 
-When a window holds more intervals than its Window keeps exactly (timeline.MAX_RECTS; the
-status page: STATUS_MAX_RECTS), its timeline is binned (svg.py), the page says so and gives the
-bin's width, and the concurrency strip shows each bin's mean number of nodes busy. A page's
-size is then bounded by the number of nodes times the bins, whatever the window holds.
+When a window holds more intervals than its Window keeps exactly (lanes.MAX_RECTS; the
+status page: STATUS_MAX_RECTS), its timeline is binned (timeline.py), the page says so and
+gives the bin's width, and the concurrency strip shows each bin's mean number of nodes busy. A
+page's size is then bounded by the number of nodes times the bins, whatever the window holds.
 
 /api/status (status_json) holds the status page's data; every time in it is a float of seconds
 since the epoch and every duration a float of seconds (as the report's JSON):
@@ -32,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
-from exporter.accounting.accounting import SECOND, NodeSnapshot, Snapshot
+from exporter.accounting.figures import NodeSnapshot, Snapshot
 from exporter.accounting.lanes import (
     RING_SIZE,
     Step,
@@ -43,9 +44,12 @@ from exporter.accounting.lanes import (
 )
 from exporter.base.kinds import Kinds
 from exporter.base.records import LOST_REASON, Interval
-from exporter.report.window import Report, median_us, to_text
-from exporter.web import svg
-from exporter.web.svg import BIN_FILL, STEP_FILL, duration, when
+from exporter.base.times import SECOND
+from exporter.report.text import median_us, to_text
+from exporter.report.window import Report
+from exporter.web import svg, timeline
+from exporter.web.svg import STEP_FILL, duration, when
+from exporter.web.timeline import BIN_FILL
 
 STATUS_MAX_RECTS = 4000  # finished intervals the status page draws one by one, then bins
 API_REQUESTS = 1000  # a node's requests /api/status lists (the newest of the window)
@@ -109,8 +113,8 @@ def status_html(view: StatusView) -> bytes:
         f"<th>server</th><th>last error</th></tr></thead><tbody>{rows}</tbody></table></div>"
         f"<h2>Last {duration(view.window_us)}</h2>"
         f"{_binned_note(window)}{''.join(f'<p class=note>{escape(t)}</p>' for t in notes)}"
-        f"<div class=wrap>{svg.timeline(window, view.kinds, steps, view.in_flight, now)}</div>"
-        f"{svg.legend(view.kinds, in_flight=True, binned=window.binned)}"
+        f"<div class=wrap>{timeline.draw(window, view.kinds, steps, view.in_flight, now)}</div>"
+        f"{timeline.legend(view.kinds, in_flight=True, binned=window.binned)}"
         '<p class=meta><a href="metrics">/metrics</a> · <a href="api/status">/api/status</a>'
         f" · sm-llm-exporter {escape(view.version)}</p>"
     )
@@ -199,7 +203,7 @@ def _status_steps(view: StatusView, lo: int, hi: int) -> list[Step]:
 
 
 def _in_window(iv: Interval, lo: int, hi: int) -> bool:
-    """What a Window of [lo, hi] takes (timeline.Window)."""
+    """What a Window of [lo, hi] takes (lanes.Window)."""
     return (lo <= iv.end_us <= hi or iv.start_us < hi < iv.end_us) and iv.reason != LOST_REASON
 
 
@@ -243,8 +247,8 @@ def report_html(r: Report) -> str:
         f"{when(r.until_us)} ({duration(wall_us)})</p>"
         f"<pre class=tables>{escape(to_text(r))}</pre>"
         f"<h2>Timeline</h2>{_binned_note(w)}"
-        f"<div class=wrap>{svg.timeline(w, r.kinds, w.concurrency(), {}, None)}</div>"
-        f"{svg.legend(r.kinds, in_flight=False, binned=w.binned)}"
+        f"<div class=wrap>{timeline.draw(w, r.kinds, w.concurrency(), {}, None)}</div>"
+        f"{timeline.legend(r.kinds, in_flight=False, binned=w.binned)}"
         "<h2>Nodes working at once</h2>"
         f"<div class=wrap>{svg.histogram(r.snapshot.concurrency_us, wall_us)}</div>"
         f"<h2>Kinds</h2><div class=wrap>{svg.mix(r.snapshot, r.kinds, wall_us, calls)}</div>"

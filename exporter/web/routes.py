@@ -1,7 +1,7 @@
 """What the server answers a request head: the route, content negotiation, the pages' bodies.
 
-Pure of connections (http.py holds those): a request head in, an Answer (status, content type,
-body, more header lines) or a Render (a body to make in a worker thread first) out.
+Pure of connections (connection.py holds those): a request head in, an Answer (status, content
+type, body, more header lines) or a Render (a body to make in a worker thread first) out.
 """
 
 from __future__ import annotations
@@ -13,21 +13,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.exposition.render import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Published
+from exporter.exposition.published import Published
+from exporter.exposition.render import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE
+from exporter.web.http1 import Answer, header
 
-REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
 _QVALUE = re.compile(rb"0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?")
-
-Answer = tuple[int, str, bytes, list[str]]  # status, content type, body, more header lines
+METHODS = (b"GET", b"HEAD")
+BAD_REQUEST: Answer = (400, "text/plain", b"bad request\n", [])
+NOT_ALLOWED: Answer = (405, "text/plain", b"only GET and HEAD\n", ["Allow: GET, HEAD"])
+NOT_FOUND: Answer = (404, "text/plain", b"not found\n", [])
+NO_SNAPSHOT: Answer = (503, "text/plain", b"no snapshot yet\n", [])
 
 
 class Page:
@@ -49,14 +44,14 @@ class Page:
 
 
 @dataclass
-class Pages:
-    """What the server shows; the daemon swaps `metrics`, `status` and `api` in, and sets
-    `ready`."""
+class Site:
+    """What the server serves at each path: the daemon swaps `metrics`, `status` and `api` in,
+    and sets `ready`."""
 
-    metrics: Published | None = None
+    metrics: Published | None = None  # /metrics
     status: Page | None = None  # / (HTML)
     api: Page | None = None  # /api/status (JSON)
-    ready: Callable[[], bool] = lambda: False
+    ready: Callable[[], bool] = lambda: False  # /-/ready
 
 
 @dataclass(frozen=True)
@@ -69,37 +64,62 @@ class Render:
     page: Page | None = None
 
 
-def route(pages: Pages, head: bytes) -> Answer | Render:
+def route(site: Site, head: bytes) -> Answer | Render:
     """The answer to a request head (the request line and headers, CRLF between)."""
     request_line, _, header_text = head.partition(b"\r\n")
     parts = request_line.split(b" ")
     if len(parts) != 3:
-        return 400, "text/plain", b"bad request\n", []
+        return BAD_REQUEST
     method, target = parts[0], parts[1].split(b"?", 1)[0]
-    if method not in (b"GET", b"HEAD"):
-        return 405, "text/plain", b"only GET and HEAD\n", ["Allow: GET, HEAD"]
-    if target == b"/metrics":
-        published = pages.metrics
-        if published is None:
-            return 503, "text/plain", b"no snapshot yet\n", []
-        gzipped = accepts_gzip(header(header_text, b"accept-encoding"))
-        openmetrics = wants_openmetrics(header(header_text, b"accept"))
-        body = published.ready(gzipped, openmetrics)
-        answer = functools.partial(metrics_answer, gzipped=gzipped, openmetrics=openmetrics)
-        if body is None:
-            return Render(functools.partial(published.body, gzipped, openmetrics), answer)
-        return answer(body)
-    if target == b"/-/healthy":
-        return 200, "text/plain", b"OK\n", []
-    if target == b"/-/ready":
-        if pages.ready():
-            return 200, "text/plain", b"ready\n", []
-        return 503, "text/plain", b"not ready: sources starting\n", []
-    if target == b"/":
-        return page_answer(pages.status)
-    if target == b"/api/status":
-        return page_answer(pages.api)
-    return 404, "text/plain", b"not found\n", []
+    if method not in METHODS:
+        return NOT_ALLOWED
+    answer = PATHS.get(target)
+    return NOT_FOUND if answer is None else answer(site, header_text)
+
+
+def metrics(site: Site, header_text: bytes) -> Answer | Render:
+    """/metrics: the published snapshot's exposition, in the format and encoding asked for."""
+    published = site.metrics
+    if published is None:
+        return NO_SNAPSHOT
+    gzipped = accepts_gzip(header(header_text, b"accept-encoding"))
+    openmetrics = wants_openmetrics(header(header_text, b"accept"))
+    body = published.ready(gzipped, openmetrics)
+    answer = functools.partial(metrics_answer, gzipped=gzipped, openmetrics=openmetrics)
+    if body is None:
+        return Render(functools.partial(published.body, gzipped, openmetrics), answer)
+    return answer(body)
+
+
+def healthy(site: Site, header_text: bytes) -> Answer:
+    """/-/healthy: the server answers."""
+    return 200, "text/plain", b"OK\n", []
+
+
+def ready(site: Site, header_text: bytes) -> Answer:
+    """/-/ready: every source has started."""
+    if site.ready():
+        return 200, "text/plain", b"ready\n", []
+    return 503, "text/plain", b"not ready: sources starting\n", []
+
+
+def status(site: Site, header_text: bytes) -> Answer | Render:
+    """/: the status page."""
+    return page_answer(site.status)
+
+
+def api(site: Site, header_text: bytes) -> Answer | Render:
+    """/api/status: the status page's data."""
+    return page_answer(site.api)
+
+
+PATHS: dict[bytes, Callable[[Site, bytes], Answer | Render]] = {
+    b"/metrics": metrics,
+    b"/-/healthy": healthy,
+    b"/-/ready": ready,
+    b"/": status,
+    b"/api/status": api,
+}
 
 
 # The status pages load and run nothing (defence in depth: what they show is escaped).
@@ -111,53 +131,16 @@ PAGE_HEADERS = [
 
 def page_answer(page: Page | None) -> Answer | Render:
     if page is None:
-        return 503, "text/plain", b"no snapshot yet\n", []
+        return NO_SNAPSHOT
     ctype = page.content_type
     if page.body is not None:
         return 200, ctype, page.body, PAGE_HEADERS
     return Render(page.made, lambda body: (200, ctype, body, PAGE_HEADERS), page)
 
 
-TOO_MANY_CHECKS: Answer = (
-    429,
-    "text/plain",
-    b"too many password checks under way: try again\n",
-    ["Retry-After: 1"],
-)
-UNAUTHORIZED: Answer = (
-    401,
-    "text/plain; charset=utf-8",
-    b"Unauthorized\n",
-    ["WWW-Authenticate: Basic"],
-)
-
-
 def metrics_answer(body: bytes, gzipped: bool, openmetrics: bool) -> Answer:
     ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE
     return 200, ctype, body, ["Content-Encoding: gzip"] if gzipped else []
-
-
-def header(text: bytes, name: bytes, lower: bool = True) -> bytes:
-    for line in text.split(b"\r\n"):
-        key, _, value = line.partition(b":")
-        if key.strip().lower() == name:
-            return value.strip().lower() if lower else value.strip()
-    return b""
-
-
-def keep_alive(head: bytes) -> bool:
-    """Does the client want the connection kept (HTTP/1.1 unless `close`; 1.0 when asked), and
-    can it be (no request body this server would have to skip)?"""
-    request_line, _, header_text = head.partition(b"\r\n")
-    version = request_line.rsplit(b" ", 1)[-1]
-    tokens = {t.strip() for t in header(header_text, b"connection").split(b",")}
-    if header(header_text, b"content-length") not in (b"", b"0"):
-        return False
-    if header(header_text, b"transfer-encoding"):
-        return False
-    if version == b"HTTP/1.1":
-        return b"close" not in tokens
-    return version == b"HTTP/1.0" and b"keep-alive" in tokens
 
 
 def accepts_gzip(value: bytes) -> bool:

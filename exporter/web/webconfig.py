@@ -2,44 +2,28 @@
 
 The file has the format and the meaning of prometheus/exporter-toolkit's
 docs/web-configuration.md, so one file serves node_exporter and this exporter alike. Here it is
-parsed into a frozen WebConfig (its files are not read: webtls.py reads them, builds the TLS
-context and watches it all as it changes; webauth.py checks passwords).
-
-What Python's ssl cannot do is refused, naming the key, instead of done otherwise:
-`client_auth_type: RequireAnyClientCert` (a client certificate of any issuer, unverified: Python
-verifies every certificate it asks for) and more than one `curve_preferences` (it sets one
-curve). `RequestClientCert` is served as `NoClientCert` (an unverified certificate grants
-nothing in either), `http2` is accepted and HTTP/1.1 served, and TLS 1.3 cipher suites are
-accepted and not configurable, as in Go.
+parsed into a frozen WebConfig: its TLS section by tls_server_config.py, its files not read
+(tls.py reads them into the TLS context, watched.py reads it all again as it changes; auth.py
+checks passwords). `http2` is accepted and HTTP/1.1 served.
 """
 
 from __future__ import annotations
 
 import re
-import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.config.config import Checker, ConfigError, as_bool, as_count, document, show
+from exporter.config.checker import Checker
+from exporter.config.document import document
+from exporter.config.errors import ConfigError
+from exporter.config.redact import show
+from exporter.config.values import as_bool, as_count
+from exporter.web import tls_server_config
+from exporter.web.tls_server_config import TLS_KEYS, TLS_WHERE, Tls
 
 TOP_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"}
-TLS_KEYS = {
-    "cert",
-    "key",
-    "client_ca",
-    "cert_file",
-    "key_file",
-    "client_auth_type",
-    "client_ca_file",
-    "client_allowed_sans",
-    "min_version",
-    "max_version",
-    "cipher_suites",
-    "prefer_server_cipher_suites",
-    "curve_preferences",
-}
 HTTP_KEYS = {"http2", "headers"}
 RATE_KEYS = {"interval", "burst"}
 # exporter-toolkit's extraHTTPHeaders: the headers that may be set, and their allowed values
@@ -50,43 +34,6 @@ HEADERS: dict[str, tuple[str, ...]] = {
     "X-XSS-Protection": (),
     "Content-Security-Policy": (),
 }
-VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
-}
-# Go's tls.CipherSuites() by name: OpenSSL's name for it ("" for TLS 1.3's, which neither Go
-# nor Python's ssl configures: accepted, and always on)
-CIPHERS = {
-    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
-    "TLS_AES_128_GCM_SHA256": "",
-    "TLS_AES_256_GCM_SHA384": "",
-    "TLS_CHACHA20_POLY1305_SHA256": "",
-}
-CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1"}
-CURVES["X25519"] = "X25519"
-CLIENT_AUTH = {
-    "": ssl.CERT_NONE,
-    "NoClientCert": ssl.CERT_NONE,
-    "RequestClientCert": ssl.CERT_NONE,  # (see the module docstring)
-    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
-}
-UNVERIFIED = ("RequireAnyClientCert", "RequireClientCert")  # refused: see the docstring
 MAX_USERS = 10_000  # basic_auth_users at most (exporter-toolkit: "a few users")
 _BCRYPT_HASH = re.compile(rb"\$2[abxy]?\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 _DURATION = re.compile(r"(?:(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+|0")
@@ -96,27 +43,9 @@ _HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\uffff]*")  # no CR, LF or other c
 
 
 @dataclass(frozen=True)
-class Tls:
-    """tls_server_config, checked; paths absolute (relative ones resolve against the web
-    config's directory)."""
-
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    cert: str = ""
-    key: str = field(default="", repr=False)
-    client_ca_file: Path | None = None
-    client_ca: str = ""
-    client_auth_type: str = "NoClientCert"
-    client_allowed_sans: tuple[str, ...] | None = None
-    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
-    max_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3
-    ciphers: tuple[str, ...] = ()  # OpenSSL's names
-    prefer_server_cipher_suites: bool = True
-    curve: str | None = None  # OpenSSL's name
-
-
-@dataclass(frozen=True)
 class WebConfig:
+    """A web config, checked (its files not read)."""
+
     path: Path
     tls: Tls | None = None  # None: plain HTTP
     headers: tuple[tuple[str, str], ...] = ()
@@ -137,9 +66,8 @@ def parse(text: str, path: Path) -> WebConfig:
     data, checker = document(text, str(path))
     top = checker.mapping(data, "", TOP_KEYS)
     base = path.parent
-    tls = _tls(
-        checker, checker.mapping(top.get("tls_server_config"), "tls_server_config", TLS_KEYS), base
-    )
+    tls_section = checker.mapping(top.get(TLS_WHERE), TLS_WHERE, TLS_KEYS)
+    tls = tls_server_config.check(checker, tls_section, base)
     http = checker.mapping(top.get("http_server_config"), "http_server_config", HTTP_KEYS)
     http2 = checker.get(http, "http2", "http_server_config", as_bool, True, "must be true or false")
     headers = _headers(checker, http.get("headers"))
@@ -154,141 +82,6 @@ def parse(text: str, path: Path) -> WebConfig:
     if checker.problems:
         raise ConfigError(str(path), checker.problems)
     return WebConfig(path, tls, headers, users, http2, interval, burst)
-
-
-def _tls(checker: Checker, d: dict[str, Any], base: Path) -> Tls | None:
-    if not d:
-        return None
-    where = "tls_server_config"
-
-    def path(key: str) -> Path | None:
-        value = d.get(key)
-        if isinstance(value, str) and ("\n" in value or "-----BEGIN" in value):
-            inline = key.removesuffix("_file")
-            checker.problem(
-                f"{where}.{key}", f"looks like PEM text, not a path: give it as {inline}"
-            )  # (and not shown: it may be a private key)
-            return None
-        value = checker.get(d, key, where, _text, None, "must be a path")
-        return None if value is None else base / value
-
-    def text(key: str, secret: bool = False) -> str:
-        value = d.get(key)
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            checker.problem(
-                f"{where}.{key}", "must be PEM text" + ("" if secret else f", got {show(value)}")
-            )
-            return ""
-        return value
-
-    cert_file, key_file, ca_file = path("cert_file"), path("key_file"), path("client_ca_file")
-    cert, key, ca = text("cert"), text("key", secret=True), text("client_ca")
-    for file_key, inline_key, a, b in (
-        ("cert_file", "cert", cert_file, cert),
-        ("key_file", "key", key_file, key),
-        ("client_ca_file", "client_ca", ca_file, ca),
-    ):
-        if a is not None and b:
-            checker.problem(f"{where}.{inline_key}", f"give {file_key} or {inline_key}, not both")
-    if cert_file is None and not cert:
-        checker.problem(where, "missing one of cert or cert_file")
-    if key_file is None and not key:
-        checker.problem(where, "missing one of key or key_file")
-    auth = d.get("client_auth_type") or "NoClientCert"
-    if not isinstance(auth, str):
-        checker.problem(f"{where}.client_auth_type", f"must be a name, got {show(auth)}")
-        auth = "NoClientCert"
-    if auth in UNVERIFIED:
-        checker.problem(
-            f"{where}.client_auth_type",
-            f"{auth} (a client certificate of any issuer, unverified) cannot be honoured: "
-            "Python's ssl verifies every client certificate it asks for; use "
-            "RequireAndVerifyClientCert with client_ca_file",
-        )
-    elif auth not in CLIENT_AUTH:
-        choices = ", ".join(k for k in CLIENT_AUTH if k)
-        checker.problem(f"{where}.client_auth_type", f"must be one of {choices}, got {show(auth)}")
-    verifying = CLIENT_AUTH.get(auth, ssl.CERT_NONE) != ssl.CERT_NONE
-    if (ca_file is not None or ca) and auth in ("", "NoClientCert"):
-        checker.problem(
-            f"{where}.client_ca_file" if ca_file is not None else f"{where}.client_ca",
-            "client CA's have been configured without a Client Auth Policy (client_auth_type)",
-        )
-    sans = d.get("client_allowed_sans")
-    allowed: tuple[str, ...] | None = None
-    if sans is not None:
-        if not isinstance(sans, list) or not all(isinstance(s, str) for s in sans):
-            checker.problem(
-                f"{where}.client_allowed_sans", f"must be a list of names, got {show(sans)}"
-            )
-        else:
-            allowed = tuple(sans)
-            if not verifying:
-                checker.problem(
-                    f"{where}.client_allowed_sans",
-                    "needs a verified client certificate: client_auth_type "
-                    "RequireAndVerifyClientCert (or VerifyClientCertIfGiven)",
-                )
-    low = checker.get(d, "min_version", where, _version, ssl.TLSVersion.TLSv1_2, _VERSIONS_WHAT)
-    high = checker.get(d, "max_version", where, _version, ssl.TLSVersion.TLSv1_3, _VERSIONS_WHAT)
-    if low > high:
-        checker.problem(f"{where}.min_version", "is above max_version")
-    ciphers: list[str] = []
-    for i, name in enumerate(_list(checker, d, "cipher_suites", where)):
-        openssl = CIPHERS.get(name) if isinstance(name, str) else None
-        if openssl is None:
-            checker.problem(
-                f"{where}.cipher_suites[{i}]",
-                f"unknown cipher {show(name)} (Go's tls.CipherSuites() names, e.g. "
-                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)",
-            )
-        elif openssl:
-            try:
-                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).set_ciphers(openssl)
-            except ssl.SSLError:
-                checker.problem(
-                    f"{where}.cipher_suites[{i}]",
-                    f"{name} is not available in this OpenSSL ({ssl.OPENSSL_VERSION})",
-                )
-                continue
-            ciphers.append(openssl)
-    curves = _list(checker, d, "curve_preferences", where)
-    curve = None
-    for i, name in enumerate(curves):
-        if not isinstance(name, str) or name not in CURVES:
-            checker.problem(
-                f"{where}.curve_preferences[{i}]",
-                f"unknown curve {show(name)} (one of {', '.join(CURVES)})",
-            )
-    if len(curves) > 1:
-        checker.problem(
-            f"{where}.curve_preferences",
-            "Python's ssl sets one curve, not a preference order: give one",
-        )
-    elif curves and isinstance(curves[0], str):
-        curve = CURVES.get(curves[0])
-    prefer = checker.get(
-        d, "prefer_server_cipher_suites", where, as_bool, True, "must be true or false"
-    )
-    return Tls(
-        cert_file, key_file, cert, key, ca_file, ca, str(auth), allowed, low, high,
-        tuple(ciphers), prefer, curve,
-    )  # fmt: skip
-
-
-_VERSIONS_WHAT = f"must be one of {', '.join(VERSIONS)}"
-
-
-def _list(checker: Checker, d: dict[str, Any], key: str, where: str) -> list[Any]:
-    value = d.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        checker.problem(f"{where}.{key}", f"must be a list, got {show(value)}")
-        return []
-    return value
 
 
 def _headers(checker: Checker, value: Any) -> tuple[tuple[str, str], ...]:
@@ -348,18 +141,6 @@ def _users(checker: Checker, value: Any) -> dict[str, bytes]:
             continue
         users[user] = raw
     return users
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError("")
-    return value
-
-
-def _version(value: Any) -> ssl.TLSVersion:
-    if not isinstance(value, str) or value not in VERSIONS:
-        raise ValueError("")
-    return VERSIONS[value]
 
 
 def _duration(value: Any) -> float:

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from exporter.web.auth import hash_password
-from exporter.web.server import REFUSALS_LOG_EVERY_S
+from exporter.web.gate import REFUSALS_LOG_EVERY_S
 
 from support import prometheus as prom
 from support.certs import Authority, Pair

@@ -37,7 +37,7 @@ PROVISIONING = GRAFANA / "provisioning"
 # Where the alerts are explained.
 DOCS = [REPO / "README.md"]
 README = REPO / "README.md"
-COLLECTOR = REPO / "exporter" / "exposition" / "render.py"
+FAMILIES = REPO / "exporter" / "exposition" / "families.py"
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 # The filter on the exporter's target labels every query carries (the rules keep them).
@@ -545,7 +545,7 @@ def test_metric_table_has_no_removed_metric() -> None:
 def test_metric_table_names_what_the_collector_serves() -> None:
     """Every smllm_ family the collector writes is a row (its _total added for counters)."""
     table = metric_table()
-    source = COLLECTOR.read_text(encoding="utf-8")
+    source = FAMILIES.read_text(encoding="utf-8")
     served = set(re.findall(r'"(smllm_[a-z_]+)"', source))
     assert served
     missing = sorted(n for n in served if n not in table and f"{n}_total" not in table)

@@ -15,14 +15,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.accounting.accounting import SECOND, Accounting
+from exporter.accounting.accounting import Accounting
 from exporter.base.kinds import DEFAULT_RULES, Kinds
 from exporter.base.records import Batch
+from exporter.base.times import SECOND
 from exporter.exposition.render import Renderer
 from exporter.ingest.step import apply_batch
 from exporter.parse.parser import Parser
 
 from support.scrape import parse_metrics, sample
+from support.settings import default_settings
 from support.tools import REPO, require_tool
 
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
@@ -36,7 +38,7 @@ def served() -> dict[str, tuple[float, float]]:
     """Each node's (smllm_source_up, smllm_source_lag_seconds) as /metrics serves them: `down`
     never connects, `behind` reads its backlog 20 minutes behind, `fine` is caught up."""
     nodes = ["down", "behind", "fine"]
-    acc = Accounting(nodes, Kinds(DEFAULT_RULES), origin_us=SINCE)
+    acc = Accounting(nodes, default_settings(Kinds(DEFAULT_RULES)), origin_us=SINCE)
     batches = [
         Batch("down", up=False, error="ssh: connection refused"),
         Batch("behind", entries=10, newest_us=NOW - 1200 * SECOND),

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from exporter.accounting.accounting import SECOND
+from exporter.base.times import SECOND
 
 from support.browser import dump_dom, screenshot, screenshot_dir
 from support.daemon_process import DaemonProcess, file_nodes

@@ -9,16 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting.accounting import MAX_MODELS, SECOND, Accounting, restore, state_of
+from exporter.accounting.accounting import Accounting
+from exporter.accounting.figures import MAX_MODELS
 from exporter.base.kinds import DEFAULT_RULES, Kinds
 from exporter.base.records import Event, EventKind, Interval, LogLine
-from exporter.base.times import iso
+from exporter.base.times import SECOND, iso
+from exporter.checkpoint.codec import parser_state, restore, state_of
 from exporter.commands.demo import DemoLine, short_iso
 from exporter.exposition.render import Renderer
-from exporter.parse.parser import OTHER_MODELS, Parser
+from exporter.parse.parser import Parser
+from exporter.parse.router import OTHER_MODELS
 
 from support.daemon_process import DaemonProcess, file_nodes
 from support.scrape import Samples, parse_metrics, sample, total
+from support.settings import default_settings
 from support.tools import wait_for
 
 KINDS = Kinds(DEFAULT_RULES)
@@ -39,7 +43,7 @@ LIVE_REQUEST_S = 0.05  # how long each live request runs (a simulated server's p
 def test_an_entry_stamped_years_ahead_moves_neither_the_newest_entry_nor_the_last_end() -> None:
     """Before, both moved to now + the allowance: the watermark went 5 s past now, and every
     request that began in those 5 s came late."""
-    acc = Accounting([NODE], KINDS, origin_us=T0)
+    acc = Accounting([NODE], default_settings(KINDS), origin_us=T0)
     now = T0 + 60 * SECOND
     acc.source_state(NODE, up=True, caught_up=False, now_us=now)
     acc.add_all([Interval(NODE, now - 3 * SECOND, now - 2 * SECOND, 7, slot=0, task=1)])
@@ -145,7 +149,7 @@ STEP = 10 * SECOND  # how often the sources hand over a batch
 
 def _two_nodes() -> Accounting:
     """`busy`, a node that logs launch lines and is caught up, and `endless`."""
-    acc = Accounting(["busy", "endless"], KINDS, origin_us=T0, stall_us=STALL)
+    acc = Accounting(["busy", "endless"], default_settings(KINDS, stall_us=STALL), origin_us=T0)
     acc.add_all([Event("busy", T0, EventKind.STARTED, PID, 0, 1)])
     acc.add_all([Interval("busy", T0, T0 + SECOND, 7, slot=0, task=1)])
     return acc
@@ -229,7 +233,7 @@ def _node_requests(acc: Accounting) -> int:
 
 def test_seventy_models_add_up_to_the_node() -> None:
     """Before, only the first 64 model names ever seen counted, silently and for good."""
-    acc = Accounting([NODE], KINDS, origin_us=T0)
+    acc = Accounting([NODE], default_settings(KINDS), origin_us=T0)
     _router_requests(acc, MODELS)
     _router_requests(acc, MODELS)  # (each model twice: the first 64 keep their own)
     models = acc.snapshot().nodes[0].models
@@ -244,7 +248,7 @@ def test_seventy_models_add_up_to_the_node() -> None:
     assert served == total(m, "smllm_requests_total", node=NODE) == 2 * MODELS
     assert sample(m, "smllm_model_requests_total", node=NODE, model=OTHER_MODELS) == 12
     # and a checkpoint keeps it so: a new model still counts under the overflow label
-    again = Accounting([NODE], KINDS, origin_us=T0)
+    again = Accounting([NODE], default_settings(KINDS), origin_us=T0)
     restore(again, state_of(acc))
     again.add(Interval(NODE, T0, T0 + 500, 10, model="new"))
     models = again.snapshot().nodes[0].models
@@ -262,6 +266,6 @@ def test_a_real_model_name_never_takes_the_exporters_own_names() -> None:
         for i, name in enumerate(spawns)
     ]
     p.feed_all(tuple(LogLine(NODE, T0 + i, "", PID, msg) for i, msg in enumerate(lines)))
-    models = [m for _, m, _ in p.state()["instances"]]
+    models = [m for _, m, _ in parser_state(p)["instances"]]
     assert models == ["_:other", "__:other", "_:8081"]
     assert not any(m.startswith(":") for m in models)

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting.accounting import SECOND
+from exporter.accounting.settings import Settings
 from exporter.base.kinds import DEFAULT_RULES, KindRule, Kinds
-from exporter.base.times import iso
-from exporter.config.config import Config
+from exporter.base.times import SECOND, iso
+from exporter.config.schema import Config
+from exporter.ingest.settings import settings
 from exporter.report import openmetrics as backfill
 
 from support.outputs import SINCE_US, WINDOW, cli, node_dump
@@ -23,7 +24,7 @@ REFUSAL_S = 30.0  # (a refusal comes before any reading: a run over this deadlin
 
 
 def test_settings_default_to_the_configs_own_defaults() -> None:
-    d, s = Config(), backfill.Settings()
+    d, s = Config(), settings(Config())
     assert s.kinds == d.kinds
     assert s.max_request_us == d.max_request_seconds * SECOND
     assert s.stall_us == d.stall_seconds * SECOND
@@ -45,12 +46,12 @@ def test_settings_of_a_config_take_each_value_and_the_reports_options_over_it() 
         slow_start_share=0.5,
         kinds=Kinds((KindRule("big", 100), KindRule("small", 0))),
     )
-    s = backfill.Settings.of(cfg)
-    assert s == backfill.Settings(
+    s = settings(cfg)
+    assert s == Settings(
         cfg.kinds, 900 * SECOND, 120 * SECOND, (1.0, 10.0), 3, 30 * SECOND, 300 * SECOND, 0.5
     )
     kinds = Kinds(DEFAULT_RULES)
-    assert backfill.Settings.of(cfg, kinds, 60) == dataclasses.replace(
+    assert settings(cfg, kinds, 60) == dataclasses.replace(
         s, kinds=kinds, max_request_us=60 * SECOND
     )
 
@@ -96,8 +97,7 @@ def test_a_backfill_over_the_bound_is_refused_before_anything_is_written(
 
 
 def test_the_size_is_refused_over_the_bound_or_the_room_left() -> None:
-    settings = backfill.Settings()
-    day = backfill.estimate(["a", "b"], settings, 0, DAY_S * SECOND, 15 * SECOND)
+    day = backfill.estimate(["a", "b"], settings(Config()), 0, DAY_S * SECOND, 15 * SECOND)
     assert day.steps == DAY_S // 15 + 1 and day.series > 2 * 50
     assert backfill.too_big(day, None) == ""
     assert backfill.too_big(day, day.bytes) == ""

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting.accounting import SECOND
-from exporter.base.times import iso
+from exporter.base.times import SECOND, iso
 from exporter.commands import preflight
 from exporter.commands.demo import TEMP_PREFIX
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.config import ConfigError, parse
+from exporter.config.errors import ConfigError
+from exporter.config.load import parse
 
 from support.cli import Cli
 from support.daemon_process import DaemonProcess, file_nodes
@@ -308,7 +309,9 @@ def test_a_dump_not_there_yet_is_a_warning(cli: Cli, tmp_path: Path) -> None:
     code, out, err = cli("check-config", str(path))
     assert code == 0, err
     assert out.startswith(f"{path}: valid, 2 node(s)")
-    warnings = [line.split(" WARNING exporter.cli: ", 1)[1] for line in err.splitlines()]
+    warnings = [
+        line.split(" WARNING exporter.commands.check_config: ", 1)[1] for line in err.splitlines()
+    ]
     assert warnings == [
         f"{path}:3: nodes[0].path: {later} does not exist yet: the daemon waits for it",
         f"{path}:4: nodes[1].path: {timeline} does not exist yet: the daemon waits for it",

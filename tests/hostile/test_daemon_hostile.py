@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from exporter.commands.demo import DemoLine, short_iso
-from exporter.config import config
-from exporter.config.config import Config
+from exporter.config.load import load
+from exporter.config.schema import Config
 from exporter.daemon.daemon import Daemon
 
 from support.daemon_process import DaemonProcess, file_nodes, run_command
@@ -230,7 +230,7 @@ def test_a_unit_that_has_no_entry_is_said_once(
     rows = [{**journal_row(directory), "name": "good"}]
     rows.append({**journal_row(directory), "name": "typo", "unit": "sm-lm.service"})
     path.write_text(json.dumps({"nodes": rows, **quiet_settings(tmp_path)}))
-    d = Daemon(config.load(path), quiet_unit_seconds=0.5, tick_seconds=0.05)
+    d = Daemon(load(path), quiet_unit_seconds=0.5, tick_seconds=0.05)
 
     def warned() -> list[str]:
         return [
@@ -358,6 +358,8 @@ def test_a_command_that_is_no_daemon_still_ends_on_a_hang_up(tmp_path: Path) -> 
     finally:
         proc.kill()
         proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
 
 
 # -- 6. a config read that hangs -------------------------------------------------------------------
@@ -402,9 +404,9 @@ def test_a_reload_that_hangs_is_abandoned_and_never_read_twice_at_once(
             assert release.wait(DEADLINE_S), "never released"
         if len(reads) == 3:
             never.wait(DEADLINE_S)  # (hangs past the daemon's stop)
-        return config.load(path)
+        return load(path)
 
-    d = Daemon(config.load(path), reloader=reloader, reload_deadline_seconds=0.3, tick_seconds=0.05)
+    d = Daemon(load(path), reloader=reloader, reload_deadline_seconds=0.3, tick_seconds=0.05)
 
     def said(text: str) -> int:
         return sum(text in r.getMessage() for r in caplog.records)

@@ -35,12 +35,14 @@ from exporter.base.times import SECOND, iso
 from exporter.commands.demo import node_lines, short_iso
 from exporter.ingest import step as pipeline
 from exporter.parse.parser import Parser
-from exporter.sources.file import FilePosition, FileSource
+from exporter.sources.file import FilePosition
+from exporter.sources.filereader import FileSource
 from exporter.sources.lines import MAX_LINE, Chunk, LineReader
 
 from support.daemon_process import DaemonProcess, file_nodes
 from support.dumps import LAUNCH, RELEASE, T0, TOTAL, short
 from support.scrape import answer, sample, total
+from support.settings import default_settings
 from support.tools import REPO, deadline, wait_for
 
 KINDS = Kinds(DEFAULT_RULES)
@@ -82,7 +84,7 @@ class Counted:
 
     def __init__(self, path: Path, chunk: int = 1 << 20, position: str = "") -> None:
         self.src = FileSource("node0", path, since_us=0, chunk=chunk, position=position)
-        self.acc = Accounting(["node0"], KINDS, origin_us=0)
+        self.acc = Accounting(["node0"], default_settings(KINDS), origin_us=0)
         self.parser = Parser("node0")
 
     def drain(self) -> list[Batch]:

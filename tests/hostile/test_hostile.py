@@ -12,22 +12,27 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting.accounting import CLOCK_ALLOWANCE_US, SECOND, Accounting, state_of
+from exporter.accounting.accounting import Accounting
+from exporter.accounting.settings import CLOCK_ALLOWANCE_US
 from exporter.base.kinds import DEFAULT_RULES, Kinds
 from exporter.base.records import Batch, Event, EventKind, Interval, LogLine, Record
-from exporter.base.times import MAX_TIME_US, iso
+from exporter.base.times import MAX_TIME_US, SECOND, iso
+from exporter.checkpoint.codec import encode, state_of
 from exporter.checkpoint.store import NAME as CHECKPOINT_NAME
-from exporter.checkpoint.store import Checkpoint
 from exporter.commands.demo import DemoLine, short_iso
-from exporter.config.config import Config, ConfigError, FileNode, parse
+from exporter.config.errors import ConfigError
+from exporter.config.load import parse
+from exporter.config.schema import Config
 from exporter.daemon.daemon import Daemon
 from exporter.ingest.step import apply_batch
 from exporter.parse.parser import PID_GONE_US, Parser
-from exporter.web.routes import Pages, accepts_gzip
+from exporter.sources.file import FileNode
+from exporter.web.routes import Site, accepts_gzip
 from exporter.web.server import HttpServer
 
 from support.daemon_process import DaemonProcess, file_nodes
 from support.scrape import Samples, sample, total
+from support.settings import default_settings
 from support.tools import wait_for
 
 NODE = "node0"
@@ -71,7 +76,7 @@ def request(start_us: int, seconds: float, task: int) -> list[Record]:
 
 
 def test_an_entry_stamped_years_ahead_shows_as_clock_skew_until_the_times_are_in_line() -> None:
-    acc = Accounting([NODE], Kinds(DEFAULT_RULES), origin_us=T0)
+    acc = Accounting([NODE], default_settings(Kinds(DEFAULT_RULES)), origin_us=T0)
     now = T0 + 60 * SECOND
     acc.add_all(request(T0 + 10 * SECOND, 5, 1))
     acc.line_read(NODE, now + 4 * SECOND, now_us=now)  # within the allowance: in line
@@ -88,7 +93,7 @@ def test_an_entry_stamped_years_ahead_shows_as_clock_skew_until_the_times_are_in
 def test_an_entry_stamped_years_ahead_never_moves_the_watermark_past_now() -> None:
     """Before, the watermark jumped ten years ahead with it, and every request after was late:
     4.5 s of 18 s kept."""
-    acc = Accounting([NODE], Kinds(DEFAULT_RULES), origin_us=T0)
+    acc = Accounting([NODE], default_settings(Kinds(DEFAULT_RULES)), origin_us=T0)
     now = T0 + 60 * SECOND
     acc.source_state(NODE, up=True, caught_up=True, now_us=now)
     acc.add_all(request(T0 + 10 * SECOND, 5, 1))  # (a server that logs launch lines)
@@ -166,7 +171,10 @@ RELEASE = "slot      release: id  {s} | task {t} | stop processing: n_tokens = 5
 def _through(lines: list[tuple[int, int, str]], flush_at_us: int) -> Accounting:
     """(ms, pid, message) lines of NODE through its parser and the accounting, one batch a
     line, time passing and the watermark moving after each as the daemon's ticks do."""
-    parser, acc = Parser(NODE), Accounting([NODE], Kinds(DEFAULT_RULES), origin_us=T0)
+    parser, acc = (
+        Parser(NODE),
+        Accounting([NODE], default_settings(Kinds(DEFAULT_RULES)), origin_us=T0),
+    )
     for ms, pid, msg in lines:
         line = LogLine(NODE, T0 + ms * 1000, "", pid, msg)
         acc.add_all(parser.feed_all((line,)))
@@ -213,7 +221,10 @@ def test_an_old_pid_that_has_gone_aborts_what_it_held_once() -> None:
 def test_one_line_stamped_years_ahead_decides_no_stop_and_no_server_gone() -> None:
     """Stops wait 1 s for their timing block, older PIDs 10 minutes for their lines: a line
     stamped ten years ahead must not make that time pass (the daemon bounds it by its now)."""
-    parser, acc = Parser(NODE), Accounting([NODE], Kinds(DEFAULT_RULES), origin_us=T0)
+    parser, acc = (
+        Parser(NODE),
+        Accounting([NODE], default_settings(Kinds(DEFAULT_RULES)), origin_us=T0),
+    )
     now = T0 + 60 * SECOND
 
     def batch(*lines: tuple[int, int, str]) -> None:
@@ -282,7 +293,7 @@ def test_a_checkpoint_time_out_of_range_is_set_aside_not_crashed_on(
     (tmp_path / "state").mkdir()
     state = json.loads(first.state())
     state["accounting"][field] = value
-    (tmp_path / "state" / CHECKPOINT_NAME).write_bytes(Checkpoint.encode(state))
+    (tmp_path / "state" / CHECKPOINT_NAME).write_bytes(encode(state))
     again = Daemon(cfg)
     again.resume()  # never raises
     assert again.acc.watermark_us == again.since_us
@@ -320,7 +331,7 @@ def test_accept_encoding_is_read_with_its_q_values(value: bytes, gzip: bool) -> 
 
 async def _serve(cap: int) -> tuple[HttpServer, int]:
     server = HttpServer(
-        Pages(ready=lambda: True), "127.0.0.1", 0, max_connections=cap, head_seconds=60
+        Site(ready=lambda: True), "127.0.0.1", 0, max_connections=cap, head_seconds=60
     )
     _, port = await server.start()
     return server, port
@@ -340,8 +351,8 @@ async def _get(port: int, target: bytes, extra: bytes = b"") -> tuple[bytes, byt
 def test_at_the_connection_cap_the_slowest_head_is_cut_and_a_scraper_gets_in() -> None:
     async def main() -> None:
         server, port = await _serve(4)
+        slow: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         try:
-            slow = []
             for _ in range(4):  # four clients that never finish their request head
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 writer.write(b"GET /-/ready HTTP/1.1\r\n")
@@ -357,6 +368,8 @@ def test_at_the_connection_cap_the_slowest_head_is_cut_and_a_scraper_gets_in() -
             await asyncio.wait_for(_until(lambda: server.connections == 3), 5)
             assert not any(r.at_eof() for r, _ in slow[1:])
         finally:
+            for _, writer in slow:
+                writer.close()
             await server.close()
 
     asyncio.run(main())
@@ -364,7 +377,7 @@ def test_at_the_connection_cap_the_slowest_head_is_cut_and_a_scraper_gets_in() -
 
 def test_a_head_that_does_not_come_in_time_is_cut() -> None:
     async def main() -> None:
-        server = HttpServer(Pages(), "127.0.0.1", 0, head_seconds=0.2)
+        server = HttpServer(Site(), "127.0.0.1", 0, head_seconds=0.2)
         _, port = await server.start()
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)

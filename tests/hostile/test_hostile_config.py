@@ -14,21 +14,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.config.config import (
-    MAX_BYTES,
-    MAX_DEPTH,
-    MAX_VALUES,
-    NODE_KEYS,
-    TOP_KEYS,
-    Config,
-    ConfigError,
-    SshNode,
-    describe,
-    load,
-    parse,
-)
-from exporter.sources.registry import SourceError
-from exporter.sources.ssh import read_secret
+from exporter.config.document import MAX_BYTES, MAX_DEPTH, MAX_VALUES
+from exporter.config.errors import ConfigError
+from exporter.config.load import load, parse
+from exporter.config.schema import TOP_KEYS, Config, describe
+from exporter.sources.base import SourceError
+from exporter.sources.registry import NODE_KEYS
+from exporter.sources.ssh import SshNode
+from exporter.sources.sshconnect import read_secret
 
 from support.cli import Cli
 from support.tools import deadline

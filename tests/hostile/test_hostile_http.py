@@ -47,20 +47,16 @@ from hypothesis import strategies as st
 
 from exporter.accounting.accounting import Accounting
 from exporter.base.kinds import DEFAULT_RULES, Kinds
-from exporter.exposition.render import Published, Renderer
-from exporter.web.routes import Pages
-from exporter.web.server import (
-    DEFER_ACCEPT_S,
-    FD_RESERVE,
-    HEAD_S,
-    IDLE_S,
-    LOG_EVERY_S,
-    MAX_CONNECTIONS,
-    WRITE_S,
-    HttpServer,
-)
+from exporter.exposition.published import Published
+from exporter.exposition.render import Renderer
+from exporter.web.deadlines import HEAD_S, IDLE_S, WRITE_S
+from exporter.web.listen import DEFER_ACCEPT_S
+from exporter.web.routes import Site
+from exporter.web.server import FD_RESERVE, MAX_CONNECTIONS, HttpServer
+from exporter.web.tally import LOG_EVERY_S
 
 from support.daemon_process import DaemonProcess, file_nodes
+from support.settings import default_settings
 from support.tools import wait_for
 
 NODE = "node0"
@@ -524,7 +520,7 @@ class _Served:
 
     def __init__(
         self,
-        pages: Pages,
+        site: Site,
         *,
         max_connections: int = MAX_CONNECTIONS,
         head_seconds: float = HEAD_S,
@@ -532,7 +528,7 @@ class _Served:
         idle_seconds: float = IDLE_S,
     ) -> None:
         self.server = HttpServer(
-            pages,
+            site,
             "127.0.0.1",
             0,
             max_connections=max_connections,
@@ -603,8 +599,8 @@ class _Made:
         return self.made
 
 
-def _big_pages(size: int = 1 << 20) -> Pages:
-    return Pages(metrics=cast(Published, _Made(size)), ready=lambda: True)
+def _big_site(size: int = 1 << 20) -> Site:
+    return Site(metrics=cast(Published, _Made(size)), ready=lambda: True)
 
 
 def _connect(port: int, data: bytes = b"", *, never_reads: bool = False) -> socket.socket:
@@ -650,7 +646,7 @@ def test_each_phase_ends_at_its_deadline() -> None:
     keep-alive left idle: each is cut at its deadline (one that sends nothing waits for its
     first byte in the kernel first, up to DEFER_ACCEPT_S)."""
     limit = 0.5
-    with _Served(_big_pages(), head_seconds=limit, write_seconds=limit, idle_seconds=limit) as s:
+    with _Served(_big_site(), head_seconds=limit, write_seconds=limit, idle_seconds=limit) as s:
         began = time.monotonic()
         slow = _connect(s.port, b"GET /metrics HTTP/1.1\r\n")
         asked = time.monotonic()  # (the server's idle deadline starts between these two)
@@ -694,7 +690,7 @@ def test_at_the_cap_a_whole_request_cuts_the_most_overdue_and_the_idle_last() ->
     def slow() -> socket.socket:
         return _connect(s.port, b"GET / HTTP/1.1\r\n")
 
-    with _Served(_big_pages(), max_connections=3, head_seconds=60, write_seconds=60) as s:
+    with _Served(_big_site(), max_connections=3, head_seconds=60, write_seconds=60) as s:
         head_1, idle_1 = slow(), idle()
         unread = _connect(s.port, b"GET /metrics HTTP/1.1\r\n\r\n", never_reads=True)
         s.connections(3)
@@ -722,7 +718,7 @@ def test_at_the_cap_a_whole_request_cuts_the_most_overdue_and_the_idle_last() ->
         refused = slow()  # no whole head at the cap: closed at once, no one cut for it
         assert _until_closed(refused) == b"" and time.monotonic() - began < 1
         assert all(_open(sock) for sock in (idle_2, idle_3, idle_4))
-        for sock in (unread, idle_2, idle_3, idle_4, refused):
+        for sock in (head_1, head_2, idle_1, unread, idle_2, idle_3, idle_4, refused):
             sock.close()
         assert not s.well()
 
@@ -857,9 +853,9 @@ def test_whatever_a_request_head_is_the_answer_is_whole_http_or_a_close() -> Non
     answered after all of it. /metrics is rendered in a worker thread each time a fresh
     snapshot is asked for."""
     renderer = Renderer("fuzz")
-    accounting = Accounting([NODE], Kinds(DEFAULT_RULES), origin_us=T0)
-    pages = Pages(metrics=Published(renderer, accounting.snapshot(), 0), ready=lambda: True)
-    with _Served(pages, head_seconds=2, write_seconds=2, idle_seconds=2) as served:
+    accounting = Accounting([NODE], default_settings(Kinds(DEFAULT_RULES)), origin_us=T0)
+    site = Site(metrics=Published(renderer, accounting.snapshot(), 0), ready=lambda: True)
+    with _Served(site, head_seconds=2, write_seconds=2, idle_seconds=2) as served:
 
         @FUZZ
         @given(data=_BYTES, fresh=st.booleans())
@@ -876,7 +872,7 @@ def test_whatever_a_request_head_is_the_answer_is_whole_http_or_a_close() -> Non
         @example(data=b"\r\n\r\n", fresh=False)
         def exchange(data: bytes, fresh: bool) -> None:
             if fresh:
-                pages.metrics = Published(renderer, accounting.snapshot(), 0, pages.metrics)
+                site.metrics = Published(renderer, accounting.snapshot(), 0, site.metrics)
             with _connect(served.port) as sock:
                 with contextlib.suppress(ConnectionResetError, BrokenPipeError):
                     sock.sendall(data)

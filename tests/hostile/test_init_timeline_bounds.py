@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.config import InitTimelineNode
+from exporter.sources.inittimeline import InitTimelineNode
 from exporter.startup import vllm as inittimeline
 from exporter.startup import vllmwatch as initwatch
 

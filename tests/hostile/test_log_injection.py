@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from exporter.base.times import iso
-from exporter.sources.registry import SourceError
-from exporter.sources.ssh import SshSource
+from exporter.sources.base import SourceError
+from exporter.sources.sshreader import SshSource
 
 from support.daemon_process import DaemonProcess, file_nodes
 from support.dumps import window_batches

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from exporter.base.records import LogLine, Record
 from exporter.base.times import MAX_TIME_US
+from exporter.checkpoint.codec import parser_of, parser_state
 from exporter.compiled import switch as _compiled
-from exporter.parse import parser as parse
+from exporter.parse.contract import FEED_TYPES
 from exporter.parse.parser import Parser
 from exporter.sources.entries import EntryDecoder, EntryError
 from exporter.sources.lines import KEYWORDS, MAX_LINE, find_lines
@@ -261,7 +262,7 @@ def test_no_line_raises_and_the_compiled_feed_leaves_what_the_python_loop_leaves
             batch = tuple(todo[at : at + cut])
             at += cut
             p = _feed_and_resume(run, p, batch, got)
-        results.append((got, p.state(), p.flush(2**80)))
+        results.append((got, parser_state(p), p.flush(2**80)))
     assert all(r == results[-1] for r in results)
 
 
@@ -274,7 +275,7 @@ def _feed_and_resume(run: str, p: Parser, batch: Sequence[LogLine], got: list[Re
         got += p.feed_reference(batch)
     else:
         got += _compiled_feed(p, batch)
-    return Parser.from_state(NODE, json.loads(json.dumps(p.state())))
+    return parser_of(NODE, json.loads(json.dumps(parser_state(p))))
 
 
 def _compiled_feed(p: Parser, lines: Sequence[LogLine]) -> list[Record]:
@@ -283,7 +284,7 @@ def _compiled_feed(p: Parser, lines: Sequence[LogLine]) -> list[Record]:
     speedups, out, i = compiled(), list[Record](), 0
     while i < len(lines):
         if not p.pending_stops and not p.others:  # (as feed_all calls it)
-            i = speedups.feed(p, lines, i, out, parse.FEED_TYPES, p.max_in_flight)
+            i = speedups.feed(p, lines, i, out, FEED_TYPES, p.max_in_flight)
             if i == len(lines):
                 break
         out += p.feed_reference((lines[i],))
@@ -369,5 +370,5 @@ def test_lines_read_from_bytes_feed_as_their_log_lines_do(
                 assert made == tuple(batch[i] for i in range(-len(made), 0)) == batch[:]
                 batch = made
             p = _feed_and_resume(run, p, batch, got)
-        results.append((got, p.state(), p.flush(2**80)))
+        results.append((got, parser_state(p), p.flush(2**80)))
     assert all(r == results[-1] for r in results)

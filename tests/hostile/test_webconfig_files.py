@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.config import ConfigError, read_text
+from exporter.config.document import read_text
+from exporter.config.errors import ConfigError
 from exporter.web import tls as webtls
+from exporter.web import watched
 
 from support.daemon_process import DaemonProcess, file_nodes
 from support.scrape import answer
@@ -44,7 +46,7 @@ def test_a_web_config_replaced_by_a_fifo_is_refused_at_once_until_it_is_a_file(
 ) -> None:
     path = tmp_path / "web.yml"
     write(path, NOSNIFF)
-    with Served(path) as s, caplog.at_level(logging.WARNING, "exporter.web.server"):
+    with Served(path) as s, caplog.at_level(logging.WARNING, "exporter.web.gate"):
         status, headers, _ = s.get()
         assert status == 200 and headers["X-Content-Type-Options"] == "nosniff"
         as_fifo(path)
@@ -56,10 +58,10 @@ def test_a_web_config_replaced_by_a_fifo_is_refused_at_once_until_it_is_a_file(
     assert f"{path}: cannot read: not a regular file (a FIFO)" in caplog.text
 
 
-class Gate:
+class HungRead:
     """A web config read that hangs until opened: a hung NFS mount stands in here (none can be
-    made on this machine), as webtls's read_text; the file itself is real and read for real
-    once the gate opens."""
+    made on this machine), as watched.py's read_text; the file itself is real and read for real
+    once it is let open."""
 
     def __init__(self) -> None:
         self.open = threading.Event()
@@ -74,30 +76,30 @@ class Gate:
 
 
 @pytest.fixture
-def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
-    g = Gate()
-    monkeypatch.setattr(webtls, "read_text", g.read)
+def hung_read(monkeypatch: pytest.MonkeyPatch) -> Iterator[HungRead]:
+    g = HungRead()
+    monkeypatch.setattr(watched, "read_text", g.read)
     yield g
     g.open.set()  # (no thread left hanging)
 
 
 def test_a_read_that_hangs_leaves_the_version_in_force_serving(
-    tmp_path: Path, gate: Gate, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, hung_read: HungRead, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "web.yml"
     write(path, NOSNIFF)
-    with Served(path) as s, caplog.at_level(logging.WARNING, "exporter.web.tls"):
+    with Served(path) as s, caplog.at_level(logging.WARNING, "exporter.web.watched"):
         assert s.get()[1]["X-Content-Type-Options"] == "nosniff"
-        gate.open.clear()
+        hung_read.open.clear()
         write(path, DENY)
         with deadline(DEADLINE_S):
             for _ in range(3):  # the first waits for the read a moment; none hangs
                 status, headers, _ = s.get()
                 assert status == 200 and headers["X-Content-Type-Options"] == "nosniff"
-        assert gate.waiting.is_set()
-        gate.open.set()
+        assert hung_read.waiting.is_set()
+        hung_read.open.set()
         wait_for(lambda: "X-Frame-Options" in s.get()[1], 10, "the new version served")
-    wait = f"{webtls.READ_WAIT_S:g}"
+    wait = f"{watched.READ_WAIT_S:g}"
     assert f"web config {path}: not read in {wait} s (a hung file system?)" in caplog.text
 
 
@@ -106,12 +108,12 @@ def test_a_stat_that_hangs_leaves_the_version_in_force_serving(
 ) -> None:
     """On a hung mount the stat itself hangs, before any read: it is taken in a thread too,
     waited for once, and the version in force serves meanwhile (a stand-in for the hung mount,
-    as above: the files are real and looked at for real once the gate opens)."""
+    as above: the files are real and looked at for real once it is let open)."""
     path = tmp_path / "web.yml"
     write(path, NOSNIFF)
     opened, waiting = threading.Event(), threading.Event()
     opened.set()
-    real = webtls.stat_key
+    real = watched.stat_key
 
     def stat(p: Path) -> tuple[int, ...]:
         if not opened.is_set():
@@ -119,9 +121,9 @@ def test_a_stat_that_hangs_leaves_the_version_in_force_serving(
             opened.wait()
         return real(p)
 
-    monkeypatch.setattr(webtls, "stat_key", stat)
+    monkeypatch.setattr(watched, "stat_key", stat)
     try:
-        with Served(path) as s, caplog.at_level(logging.WARNING, "exporter.web.tls"):
+        with Served(path) as s, caplog.at_level(logging.WARNING, "exporter.web.watched"):
             assert s.get()[1]["X-Content-Type-Options"] == "nosniff"
             opened.clear()
             write(path, DENY)
@@ -137,18 +139,20 @@ def test_a_stat_that_hangs_leaves_the_version_in_force_serving(
     assert f"web config {path}: its files not looked at in" in caplog.text
 
 
-def test_a_first_read_that_hangs_refuses_until_it_is_read(tmp_path: Path, gate: Gate) -> None:
+def test_a_first_read_that_hangs_refuses_until_it_is_read(
+    tmp_path: Path, hung_read: HungRead
+) -> None:
     """A reload's new web config: what it protects is not known before it is read, so
     nothing is served (open) meanwhile."""
     path = tmp_path / "web.yml"
     write(path, NOSNIFF)
     with Served(path) as s:
-        gate.open.clear()
+        hung_read.open.clear()
         s.server.web_config = path  # (as a reload sets it)
         with deadline(DEADLINE_S):
             assert s.get()[0] == 500
             assert s.get()[0] == 500
-        gate.open.set()
+        hung_read.open.set()
         wait_for(lambda: s.get()[0] == 200, 10, "the web config read")
 
 

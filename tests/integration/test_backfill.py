@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import random
 import re
 import subprocess
 from pathlib import Path
@@ -15,48 +14,35 @@ import pytest
 import yaml
 
 from exporter.base.records import Batch, LogLine
-from exporter.base.times import iso
+from exporter.base.times import SECOND, iso
 from exporter.report import openmetrics as backfill
+from exporter.report import text as report_text
 from exporter.report import window as report
 
 from support import prometheus as prom
+from support.backfill_window import NODES, QUIET, SINCE, STEP, UNTIL, lines_of
 from support.cli import Cli
+from support.settings import default_settings
 from support.tools import REPO, require_tool
-from support.workload import KINDS, generate, journal
+from support.workload import KINDS
 
 pytestmark = pytest.mark.slow
 
-SECOND = 1_000_000
-SINCE = 1_790_000_000 * SECOND
-UNTIL = SINCE + 5 * 3600 * SECOND  # (three blocks of promtool's two hours)
-STEP = 15 * SECOND
-NODES = ("a", "b", "c")
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
-QUIET = 15 * 60 * SECOND
-
-
-def lines_of() -> dict[str, list[LogLine]]:
-    """Three nodes of two slots with launch lines, cancels and errors; node b restarts (a new
-    PID) half-way; the last QUIET of the window idle (so that the watermark reaches until)."""
-    reqs = [
-        r
-        for r in generate(random.Random(18), NODES, SINCE, UNTIL, slots=2, gap_s=30)
-        if r.start_us < UNTIL - QUIET
-    ]
-    out = {n: journal(n, [r for r in reqs if r.node == n]) for n in NODES}
-    half = SINCE + (UNTIL - SINCE) // 2
-    out["b"] = [ln._replace(pid=4343) if ln.time_us >= half else ln for ln in out["b"]]
-    # what a source reads of the window: from since (and on past until, as report reads)
-    return {n: [ln for ln in ls if ln.time_us >= SINCE] for n, ls in out.items()}
 
 
 def test_promtool_blocks_give_the_reports_figures(tmp_path: Path) -> None:
     promtool = require_tool("promtool")
     lines = lines_of()
-    expected = report.to_json(
-        report.build({n: [Batch(n, tuple(ls))] for n, ls in lines.items()}, KINDS, SINCE, UNTIL)
+    expected = report_text.to_json(
+        report.build(
+            {n: [Batch(n, tuple(ls))] for n, ls in lines.items()},
+            default_settings(KINDS),
+            SINCE,
+            UNTIL,
+        )
     )
-    replay = backfill.Replay(NODES, backfill.Settings(KINDS, slots=2), SINCE, UNTIL, STEP)
+    replay = backfill.Replay(NODES, default_settings(KINDS, slots=2), SINCE, UNTIL, STEP)
     for n, ls in lines.items():
         replay.add(Batch(n, tuple(ls)))
     parts = backfill.write(
@@ -102,12 +88,15 @@ def test_promtool_blocks_give_the_reports_figures(tmp_path: Path) -> None:
         # the watermark-accounted figures are final up to the watermark the daemon had at a
         # step: at until, every node idle for QUIET, until less the 2 s a caught-up source
         # vouches for no more than: the report of the window up to there
-        (mark,) = api.instant("smllm_accounted_until_timestamp_seconds", at)
-        watermark_us = round(float(mark["value"][1]) * SECOND)
+        (sample,) = api.instant("smllm_accounted_until_timestamp_seconds", at)
+        watermark_us = round(float(sample["value"][1]) * SECOND)
         assert UNTIL - 2 * SECOND <= watermark_us <= UNTIL
-        accounted = report.to_json(
+        accounted = report_text.to_json(
             report.build(
-                {n: [Batch(n, tuple(ls))] for n, ls in lines.items()}, KINDS, SINCE, watermark_us
+                {n: [Batch(n, tuple(ls))] for n, ls in lines.items()},
+                default_settings(KINDS),
+                SINCE,
+                watermark_us,
             )
         )
         for n, v in expected["nodes"].items():  # (and idle since: the whole window's busy)
@@ -154,15 +143,19 @@ def shares_hold_the_rules(api: prom.Api, lines: dict[str, list[LogLine]]) -> Non
     left = 0 if prom.version(prom.binary()) < (3,) else STEP
     for t_us in (SINCE + 3600 * SECOND, SINCE + 9000 * SECOND, UNTIL - QUIET - 60 * SECOND):
         first_us = t_us - 300 * SECOND + left
-        marks = []
+        watermarks = []
         for at in (first_us, t_us):
-            (mark,) = api.instant("smllm_accounted_until_timestamp_seconds", at / SECOND)
-            marks.append(round(float(mark["value"][1]) * SECOND))
+            (sample,) = api.instant("smllm_accounted_until_timestamp_seconds", at / SECOND)
+            watermarks.append(round(float(sample["value"][1]) * SECOND))
         got = {s["metric"]["node"]: float(s["value"][1]) for s in api.instant(share, t_us / SECOND)}
-        r = report.to_json(
-            report.build({n: [Batch(n, tuple(ls))] for n, ls in lines.items()}, KINDS, *marks)
+        r = report_text.to_json(
+            report.build(
+                {n: [Batch(n, tuple(ls))] for n, ls in lines.items()},
+                default_settings(KINDS),
+                *watermarks,
+            )
         )
-        span_s = (marks[1] - marks[0]) / SECOND
+        span_s = (watermarks[1] - watermarks[0]) / SECOND
         want = {n: v["busy_seconds"] / span_s for n, v in r["nodes"].items()}
         assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (t_us, got, want)
 
@@ -179,6 +172,35 @@ def write_dump(path: Path, lines: list[LogLine]) -> None:
                 "MESSAGE": ln.message,
             }
             f.write(json.dumps(entry) + "\n")
+
+
+def stamps_of(name: str, text: str, seen: set[str]) -> dict[str, list[float]]:
+    """Each series' timestamps in one file, each series' samples asserted together; the
+    requests_total series met go into `seen`."""
+    series_order: list[str] = []
+    stamps: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        series, _, stamp = line.rsplit(" ", 2)
+        if not series_order or series_order[-1] != series:
+            assert series not in stamps, f"{name}: {series} not together"
+            series_order.append(series)
+        stamps.setdefault(series, []).append(float(stamp))
+        m = re.fullmatch(r'smllm_requests_total\{kind="\w+",node="(\w)"\}', series)
+        if m:
+            seen.add(series)
+    return stamps
+
+
+def requests_by_step(text: str, node: str) -> dict[float, float]:
+    """A node's requests_total at each step of one file, all kinds summed."""
+    per_step: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith("smllm_requests_total{") and f'node="{node}"' in line:
+            _, count, at = line.rsplit(" ", 2)
+            per_step[float(at)] = per_step.get(float(at), 0.0) + float(count)
+    return per_step
 
 
 def test_report_writes_openmetrics_as_promtool_takes_it(tmp_path: Path, cli: Cli) -> None:
@@ -206,28 +228,11 @@ def test_report_writes_openmetrics_as_promtool_takes_it(tmp_path: Path, cli: Cli
         text = f.read_text(encoding="utf-8")
         assert text.endswith("# EOF\n") and text.count("# EOF") == 1
         assert "smllm_exporter_build_info" not in text and "process_" not in text
-        series_order: list[str] = []
-        stamps: dict[str, list[float]] = {}
-        for line in text.splitlines():
-            if line.startswith("#"):
-                continue
-            series, _, stamp = line.rsplit(" ", 2)
-            if not series_order or series_order[-1] != series:
-                assert series not in stamps, f"{f.name}: {series} not together"
-                series_order.append(series)
-            stamps.setdefault(series, []).append(float(stamp))
-            m = re.fullmatch(r'smllm_requests_total\{kind="\w+",node="(\w)"\}', series)
-            if m:
-                seen.add(series)
+        stamps = stamps_of(f.name, text, seen)
         for series, times in stamps.items():
             assert times == sorted(times) and len(set(times)) == len(times), series
         for node in NODES:  # requests by step, all kinds: the timing lines up to the step
-            per_step: dict[float, float] = {}
-            for line in text.splitlines():
-                if line.startswith("smllm_requests_total{") and f'node="{node}"' in line:
-                    _, count, at = line.rsplit(" ", 2)
-                    per_step[float(at)] = per_step.get(float(at), 0.0) + float(count)
-            for at_s, total in per_step.items():
+            for at_s, total in requests_by_step(text, node).items():
                 counted = bisect.bisect_right(ends[node], round(at_s * SECOND))
                 assert total == counted, (node, at_s)
     assert len(seen) == len(NODES) * len(KINDS.names)
@@ -242,46 +247,3 @@ def test_report_writes_openmetrics_as_promtool_takes_it(tmp_path: Path, cli: Cli
     assert code == 2 and "holds the files of another backfill" in err  # never mixed
     code, _, err = cli(*argv, "--format", "openmetrics", "--output", "x", "--output-dir", "y")
     assert code == 2 and "not both" in err
-
-
-def test_the_samples_do_not_depend_on_the_step() -> None:
-    """Ticks come with the lines, as the daemon's do: a request longer than
-    max_request_seconds (late) is placed against the watermark of its own tick, not of the
-    step's, so a 15 s and a 60 s step agree wherever both sample."""
-    lines = lines_of()
-    longest = max(ls[-1].time_us for ls in lines.values())
-    head = "id  1 | task 99999 |"
-    start, end = SINCE + 3600 * SECOND + 123_456, SINCE + 3600 * SECOND + 123_456 + 700 * SECOND
-    assert end < longest
-    late = [
-        LogLine("c", start, "", 4242, f"slot launch_slot_: {head} processing task"),
-        LogLine(
-            "c",
-            end,
-            "",
-            4242,
-            f"slot print_timing: {head} total time = {700_000:.2f} ms /  700 tokens",
-        ),
-        LogLine("c", end, "", 4242, f"slot      release: {head} stop processing: n_tokens = 700"),
-    ]
-    lines["c"] = sorted(lines["c"] + late, key=lambda ln: ln.time_us)
-
-    def sampled(step_us: int) -> dict[int, Any]:
-        replay = backfill.Replay(NODES, backfill.Settings(KINDS, slots=2), SINCE, UNTIL, step_us)
-        for n, ls in lines.items():
-            replay.add(Batch(n, tuple(ls)))
-        return {
-            t: (
-                snap.watermark_us,
-                snap.concurrency_us,
-                snap.mix_us,
-                [(n.busy_us, n.slot_busy_us, n.late, n.entries) for n in snap.nodes],
-            )
-            for t, snap in replay.snapshots()
-        }
-
-    fine, coarse = sampled(STEP), sampled(60 * SECOND)
-    assert any(v[3][2][2] for v in coarse.values())  # (the request did come late)
-    common = sorted(set(fine) & set(coarse))
-    assert len(common) > 250
-    assert [fine[t] for t in common] == [coarse[t] for t in common]

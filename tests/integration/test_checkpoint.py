@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from exporter.accounting.accounting import (
-    SECOND,
-)
-from exporter.checkpoint.store import FORMAT, NAME, Checkpoint
+from exporter.base.times import SECOND
+from exporter.checkpoint.codec import VERSION, encode
+from exporter.checkpoint.store import NAME, Checkpoint
 from exporter.commands.demo import NODES, node_lines, short_iso
-from exporter.config.config import Config
+from exporter.config.schema import Config
 from exporter.daemon.daemon import Daemon
 
 from support.checkpoints import END_S, ManualClock, mode_of, names_in
@@ -183,13 +182,13 @@ def tmpfs(tmp_path: Path) -> Iterator[Tmpfs]:
 @pytest.mark.parametrize("how", ["disk full", "too big for what is left", "read-only"])
 def test_a_failed_write_keeps_the_previous_checkpoint(tmpfs: Tmpfs, how: str) -> None:
     cp = Checkpoint(tmpfs.path / "state")
-    old = Checkpoint.encode({"x": 1, "nodes": {"a": [1, 2, 3]}})
+    old = encode({"x": 1, "nodes": {"a": [1, 2, 3]}})
     cp.write(old)
-    new = Checkpoint.encode({"x": 2})
+    new = encode({"x": 2})
     if how == "disk full":
         tmpfs.fill()
     elif how == "too big for what is left":  # some of it is written before the disk fills
-        new = Checkpoint.encode({"x": 2, "blob": "y" * 1_000_000})
+        new = encode({"x": 2, "blob": "y" * 1_000_000})
     else:
         tmpfs.read_only()
     with pytest.raises(OSError) as e:
@@ -197,16 +196,16 @@ def test_a_failed_write_keeps_the_previous_checkpoint(tmpfs: Tmpfs, how: str) ->
     assert e.value.errno == (errno.EROFS if how == "read-only" else errno.ENOSPC)
     assert names_in(cp.path.parent) == [NAME]  # no temp file left behind
     assert cp.path.read_bytes() == old
-    assert cp.load() == {"format": FORMAT, "x": 1, "nodes": {"a": [1, 2, 3]}}
+    assert cp.load() == {"format": VERSION, "x": 1, "nodes": {"a": [1, 2, 3]}}
     # once there is room (or the directory is writable) again, the next write goes through
     if how == "disk full":
         tmpfs.free()
     elif how == "read-only":
         tmpfs.read_write()
     else:
-        new = Checkpoint.encode({"x": 2})
+        new = encode({"x": 2})
     cp.write(new)
-    assert cp.load() == {"format": FORMAT, "x": 2}
+    assert cp.load() == {"format": VERSION, "x": 2}
     assert names_in(cp.path.parent) == [NAME]
 
 

@@ -1,5 +1,5 @@
-"""Config: every problem at once with file, line and key path; good configs to frozen dataclasses;
-config.example.yaml documents every accepted key; check-config and run refuse bad files."""
+"""A config through the command as a process: `run` on a taken port says so and exits 1;
+`check-config` exits 0 on a good config and 1 on a bad one, its problems on stderr."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_run_on_a_taken_port_says_so_and_exits_1(tmp_path: Path) -> None:
             cwd=ROOT,
         )
     assert r.returncode == 1, r.stderr
-    assert "ERROR exporter.cli: cannot run: " in r.stderr
+    assert "ERROR exporter.commands.run: cannot run: " in r.stderr
     assert "address already in use" in r.stderr
     assert "Traceback" not in r.stderr
 

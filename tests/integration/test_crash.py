@@ -28,10 +28,9 @@ from typing import IO
 
 import pytest
 
-from exporter.accounting.accounting import SECOND
 from exporter.base.kinds import DEFAULT_RULES, Kinds
 from exporter.base.records import REASONS
-from exporter.base.times import iso
+from exporter.base.times import SECOND, iso
 from exporter.commands.demo import DemoLine, short_iso
 
 from support.daemon_process import DaemonProcess, file_nodes
@@ -523,7 +522,9 @@ def test_sigkill_at_many_points(tmp_path: Path) -> None:
     assert value(again, "smllm_requests_aborted_total", node="node2") == 1
 
 
-def against_report(samples: Samples, paths: Mapping[str, Path], since_us: int) -> list[str]:
+def against_report(  # noqa: C901 (every served family against the report, one after another)
+    samples: Samples, paths: Mapping[str, Path], since_us: int
+) -> list[str]:
     """Where the served figures differ from the report of the same files."""
     kinds = Kinds(DEFAULT_RULES)
     until = watermark_us(samples)

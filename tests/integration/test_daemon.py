@@ -23,13 +23,16 @@ from pathlib import Path
 import pytest
 
 from exporter import __version__
-from exporter.accounting.accounting import SECOND
 from exporter.base.records import Batch, LogLine
+from exporter.base.times import SECOND
+from exporter.checkpoint import codec
 from exporter.checkpoint.store import Checkpoint
 from exporter.commands.demo import NODES, node_lines, short_iso
-from exporter.config.config import Config, FileNode, NodeConfig
+from exporter.config.schema import Config
 from exporter.daemon.daemon import Daemon
-from exporter.sources.registry import SourceError
+from exporter.sources.base import SourceError
+from exporter.sources.file import FileNode
+from exporter.sources.registry import NodeConfig
 
 from support.daemon_thread import DaemonThread
 from support.dumps import END, SINCE, START, config_for, report_of_dumps, write_dumps
@@ -468,7 +471,9 @@ def test_a_restarted_source_starts_after_what_its_predecessor_handed_over(
     cfg = stand_in_config(tmp_path, ["n0"], SINCE)
     d = Daemon(cfg, source_factory=HandsOverThenFails, publish_seconds=0.05)
     asyncio.run(
-        run_until(d, lambda: len(starts) >= 2 and d.positions["n0"] == "3" and d.turns >= 10, 20)
+        run_until(
+            d, lambda: len(starts) >= 2 and d.nodes["n0"].position == "3" and d.turns >= 10, 20
+        )
     )
     assert starts == ["", "3"]
     assert sum(c.requests for c in d.acc.nodes["n0"].kinds.values()) == len(lines)
@@ -669,7 +674,7 @@ def test_a_state_taken_earlier_never_replaces_a_newer_checkpoint(
     """A periodic checkpoint's worker thread is still encoding its state when the service is
     stopped: the final checkpoint (taken later) is written first, and the worker's older state
     must not land over it (test_systemd once saw the checkpoint go back in time so)."""
-    encode, write = Checkpoint.encode, Checkpoint.write
+    encode, write = codec.encode, Checkpoint.write
     final_written, worker_encoding = threading.Event(), threading.Event()
     finals: list[bytes] = []
 
@@ -686,7 +691,7 @@ def test_a_state_taken_earlier_never_replaces_a_newer_checkpoint(
             finals.append(data)
             final_written.set()
 
-    monkeypatch.setattr(Checkpoint, "encode", staticmethod(encode_held_in_workers))
+    monkeypatch.setattr(codec, "encode", encode_held_in_workers)
     monkeypatch.setattr(Checkpoint, "write", write_noting_the_final)
 
     class Idle:

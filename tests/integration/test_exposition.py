@@ -23,14 +23,14 @@ import sys
 import pytest
 
 from exporter.compiled import switch as _compiled
+from exporter.exposition.build import REVISION_ENV
+from exporter.exposition.published import Published
 from exporter.exposition.render import (
     CONTENT_TYPE,
     OPENMETRICS_CONTENT_TYPE,
-    REVISION_ENV,
-    Published,
     Renderer,
 )
-from exporter.web.routes import Pages
+from exporter.web.routes import Site
 from exporter.web.server import HttpServer
 
 from support.exposition import (
@@ -51,7 +51,7 @@ def test_the_text_body_passes_promtool() -> None:
 
 
 async def _get_all(
-    pages: Pages, requests: list[tuple[str, dict[str, str]]]
+    pages: Site, requests: list[tuple[str, dict[str, str]]]
 ) -> list[tuple[int, bytes, dict[str, str]]]:
     server = HttpServer(pages, "127.0.0.1", 0)
     _, port = await server.start()
@@ -66,7 +66,7 @@ async def _get_all(
 
 def test_metrics_is_served_in_the_format_asked_for() -> None:
     renderer = Renderer("1.2.3")
-    pages = Pages(metrics=Published(renderer, snapshot(requests=30), 0), ready=lambda: True)
+    pages = Site(metrics=Published(renderer, snapshot(requests=30), 0), ready=lambda: True)
     om_gzip = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
     answers = asyncio.run(
         _get_all(
@@ -135,7 +135,7 @@ def _has_ipv6_loopback() -> bool:
 
 
 async def _bound(host: str) -> tuple[list[tuple[str, int]], int]:
-    server = HttpServer(Pages(), host, 0)
+    server = HttpServer(Site(), host, 0)
     _, port = await server.start()
     try:
         addresses = [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in server._listeners]

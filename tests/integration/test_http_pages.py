@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from exporter.exposition.render import Published, Renderer
+from exporter.exposition.published import Published
+from exporter.exposition.render import Renderer
 from exporter.web.routes import PAGE_HEADERS, Page
 
 from support.exposition import snapshot
@@ -25,8 +26,8 @@ def test_a_page_is_made_once_for_all_who_ask_and_holds_up_no_scrape() -> None:
         return b"<!doctype html><title>status</title>"
 
     with Served() as s:
-        s.pages.status = Page(make, "text/html; charset=utf-8")
-        s.pages.metrics = Published(Renderer("1.2.3"), snapshot(requests=50), 0)
+        s.site.status = Page(make, "text/html; charset=utf-8")
+        s.site.metrics = Published(Renderer("1.2.3"), snapshot(requests=50), 0)
         answers: list[tuple[int, dict[str, str], bytes]] = []
         askers = [threading.Thread(target=lambda: answers.append(s.get("/"))) for _ in range(12)]
         for t in askers:
@@ -51,8 +52,8 @@ def test_a_page_that_cannot_be_made_is_a_500_logged_once(
     def make() -> bytes:
         raise ValueError("a defect")
 
-    with Served() as s, caplog.at_level(logging.ERROR, "exporter.web.server"):
-        s.pages.api = Page(make, "application/json")
+    with Served() as s, caplog.at_level(logging.ERROR, "exporter.web.connection"):
+        s.site.api = Page(make, "application/json")
         assert [s.get("/api/status")[0] for _ in range(3)] == [500] * 3
     logged = [r for r in caplog.records if "cannot render a page" in r.getMessage()]
     assert len(logged) == 1

@@ -30,10 +30,11 @@ from typing import Any
 
 import pytest
 
+from exporter.base.times import SECOND
 from exporter.commands.demo import DemoLine, short_iso
-from exporter.config import config
-from exporter.config.config import InitTimelineNode
+from exporter.config.load import load
 from exporter.daemon.daemon import Daemon
+from exporter.sources.inittimeline import InitTimelineNode
 from exporter.startup import vllmwatch as initwatch
 from exporter.startup.phases import Timeline
 from exporter.startup.vllm import Loaded
@@ -45,7 +46,6 @@ from support.scrape import Samples, parse_metrics, sample, total
 from support.tools import now_us, until_right, wait_for, yaml_text
 from support.vllm_timeline import SeedRun, needs_seed, record_run, require_seed
 
-SECOND = 1_000_000
 FILE_NODE = "a"
 NODE = "omni"  # the init-timeline node on the recorded run (its dump and run directory)
 OTHER = "omni-workers"  # a second one, on the run directory alone
@@ -526,8 +526,8 @@ def test_a_reload_serves_the_figures_read_before_until_the_watcher_reads_again(
 
     monkeypatch.setattr(initwatch, "read", read)
     daemon = Daemon(
-        config.load(path),
-        reloader=lambda: config.load(path),
+        load(path),
+        reloader=lambda: load(path),
         publish_seconds=0.05,
         tick_seconds=0.05,
     )
@@ -619,7 +619,7 @@ def test_check_config_takes_the_bounds_of_poll_seconds(cli: Cli, tmp_path: Path)
             f"  - {{name: slow, source: init-timeline, path: {tmp_path}, poll_seconds: 3600}}",
         )
     )
-    loaded = config.load(path)
+    loaded = load(path)
     assert [(n.name, n.poll_seconds) for n in loaded.init_timelines] == [
         ("fast", 0.1),
         ("slow", 3600.0),

@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from exporter.accounting.accounting import SECOND
 from exporter.base.kinds import DEFAULT_RULES, Kinds
 from exporter.base.records import Batch, Interval
-from exporter.config.config import Config, JournalNode
+from exporter.base.times import SECOND
+from exporter.config.schema import Config
 from exporter.daemon.daemon import Daemon
 from exporter.parse.parser import Parser
+from exporter.sources.journal import JournalNode
 
 from support.dumps import dump_lines, report_of_dumps, window_batches
 from support.journals import (
@@ -67,7 +68,7 @@ from support.scrape import Samples, http_get, parse_metrics, sample
 from support.tools import IN_CI, free_port, wait_for
 
 if TYPE_CHECKING:
-    from exporter.sources.journal import JournalSource
+    from exporter.sources.journalreader import JournalSource
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -101,7 +102,7 @@ def journal_tools() -> None:
 
 
 def journal_source(**kw: Any) -> JournalSource:
-    from exporter.sources.journal import JournalSource
+    from exporter.sources.journalreader import JournalSource
 
     kw.setdefault("since_us", 0)
     return JournalSource(kw.pop("node", "n"), kw.pop("unit", UNIT), **kw)
@@ -315,7 +316,7 @@ def test_vacuumed_cursor_resumes_from_its_time(
     old.unlink()  # rotated away and vacuumed
     write_journal(tmp_path / "new.journal", numbered(15 - kept_from, start=kept_from))
 
-    caplog.set_level(logging.INFO, logger="exporter.sources.journal")
+    caplog.set_level(logging.INFO, logger="exporter.sources.journalreader")
     with opened(journal_source(directory=tmp_path, position=first.position)) as src:
         batches = read_through(src)
     assert batches[0].gap, why

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting.accounting import HOLD_US
+from exporter.accounting.watermark import HOLD_US
 from exporter.base.records import Batch
 from exporter.base.times import iso
-from exporter.config.config import Config, FileNode, NodeConfig
+from exporter.config.schema import Config
 from exporter.daemon.daemon import Daemon
-from exporter.sources.base import Source
-from exporter.sources.registry import SourceError
+from exporter.sources.base import Source, SourceError
+from exporter.sources.file import FileNode
+from exporter.sources.registry import NodeConfig
 from exporter.sources.registry import follow as real_follow
 
 from support.daemon_thread import DaemonThread

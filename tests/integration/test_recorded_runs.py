@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.accounting.accounting import SECOND
 from exporter.base.records import REASONS
-from exporter.config.config import Config, FileNode
+from exporter.base.times import SECOND
+from exporter.config.schema import Config
 from exporter.daemon.daemon import Daemon
+from exporter.sources.file import FileNode
 
 from support.daemon_thread import DaemonThread
 from support.recorded import (

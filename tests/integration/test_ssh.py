@@ -34,13 +34,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting.accounting import SECOND
 from exporter.base.records import Interval, LogLine
-from exporter.config.config import ConfigError, SshNode, load
+from exporter.base.times import SECOND
+from exporter.config.errors import ConfigError
+from exporter.config.load import load
 from exporter.daemon.daemon import Daemon
 from exporter.parse.parser import Parser
-from exporter.sources.registry import SourceError
-from exporter.sources.ssh import FIELDS, GREP, Features, journalctl
+from exporter.sources.base import SourceError
+from exporter.sources.ssh import SshNode
+from exporter.sources.sshreader import FIELDS, GREP, Features, journalctl
 
 from support.daemon_process import DaemonProcess
 from support.daemon_thread import DaemonThread

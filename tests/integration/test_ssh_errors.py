@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from exporter import cli
-from exporter.config.config import SshNode
-from exporter.sources.registry import SourceError
+from exporter.sources.base import SourceError
+from exporter.sources.ssh import SshNode
 
 from support.dumps import window_batches
 from support.ssh_nodes import local_node

@@ -23,24 +23,24 @@ from pathlib import Path
 
 import pytest
 
-import exporter.daemon.daemon
-from exporter.accounting.accounting import SECOND
+import exporter.daemon.supervise
 from exporter.base.records import Batch, LogLine
-from exporter.base.times import iso
+from exporter.base.times import SECOND, iso
 from exporter.commands.demo import node_lines
-from exporter.config.config import SshNode
 from exporter.daemon.daemon import Daemon
 from exporter.report import window as report
+from exporter.sources.base import SourceError
 from exporter.sources.entries import EntryDecoder, EntryError, plain_json
 from exporter.sources.lines import KEYWORDS
-from exporter.sources.registry import SourceError
-from exporter.sources.ssh import FIELDS, GREP, SshSource
+from exporter.sources.ssh import SshNode
+from exporter.sources.sshreader import FIELDS, GREP, SshSource
 
 from support.daemon_process import DaemonProcess
 from support.daemon_thread import DaemonThread
 from support.fake_journalctl import FakeServer, Item, Query, grep_pattern, line, selected
 from support.journals import UNIT, compare
 from support.scrape import Samples, Watch, sample
+from support.settings import default_settings
 from support.ssh_nodes import (
     AHEAD_ALLOWANCE_S,
     KINDS,
@@ -158,8 +158,8 @@ def fake() -> Iterator[FakeServer]:
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Retries after 0.1 s, not 1 s doubling to 60: twenty faults in seconds, not minutes."""
-    monkeypatch.setattr(exporter.daemon.daemon, "RETRY_FIRST_S", 0.1)
-    monkeypatch.setattr(exporter.daemon.daemon, "RETRY_MAX_S", 0.3)
+    monkeypatch.setattr(exporter.daemon.supervise, "RETRY_FIRST_S", 0.1)
+    monkeypatch.setattr(exporter.daemon.supervise, "RETRY_MAX_S", 0.3)
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
 
 
@@ -219,7 +219,10 @@ def problems(samples: Samples, fake: FakeServer, since_us: int, node: str = "a")
         return ["no watermark served"]
     items = fake.items
     snap = report.build(
-        {node: [truth(items, node, since_us)]}, KINDS, since_us, round(wm * SECOND)
+        {node: [truth(items, node, since_us)]},
+        default_settings(KINDS),
+        since_us,
+        round(wm * SECOND),
     ).snapshot
     out = compare(samples, snap)
     newest = newest_sent(items)
@@ -376,7 +379,7 @@ def test_garbage_and_truncated_json_lines_count_as_parse_errors_only(
         assert counter(samples, "smllm_parse_errors_total") == errors
         clean = report.build(
             {"a": [truth(history, "a", since)]},
-            KINDS,
+            default_settings(KINDS),
             since,
             round((sample(samples, "smllm_accounted_until_timestamp_seconds") or 0) * SECOND),
         ).snapshot

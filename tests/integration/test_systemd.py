@@ -33,10 +33,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting.accounting import SECOND
+from exporter.base.times import SECOND
 from exporter.commands.demo import NODES, TEMP_PREFIX, demo_directory, node_lines, short_iso
 from exporter.commands.preflight import CREDENTIAL_DIRECTORIES
-from exporter.config.config import DEFAULT_PATH, Config
+from exporter.config.schema import DEFAULT_PATH, Config
 from exporter.daemon.notify import Notifier
 
 from support.daemon_process import DaemonProcess, file_nodes

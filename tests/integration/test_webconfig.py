@@ -21,10 +21,13 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from exporter.exposition.render import Published, Renderer
+from exporter.exposition.published import Published
+from exporter.exposition.render import Renderer
 from exporter.web import auth as webauth
 from exporter.web import tls as webtls
-from exporter.web.server import MAX_PASSWORD_CHECKS, PLAIN_TO_TLS, WRITE_CHUNK
+from exporter.web.connection import WRITE_CHUNK
+from exporter.web.gate import MAX_PASSWORD_CHECKS
+from exporter.web.server import PLAIN_TO_TLS
 
 from support.certs import Authority, Pair
 from support.exposition import snapshot
@@ -50,7 +53,7 @@ def test_a_large_metrics_body_comes_whole_over_tls_and_keep_alive(
 ) -> None:
     ca, server = pki
     with Served(write(tmp_path, tls_config(server))) as s:
-        s.pages.metrics = Published(Renderer("1.2.3"), snapshot(requests=3000), 0)
+        s.site.metrics = Published(Renderer("1.2.3"), snapshot(requests=3000), 0)
         conn = http.client.HTTPSConnection(
             "127.0.0.1", s.port, context=client_context(ca), timeout=10
         )
@@ -72,7 +75,7 @@ def test_a_tls_handshake_that_never_comes_is_cut(
 ) -> None:
     _, server = pki
     with Served(write(tmp_path, tls_config(server))) as s:
-        s.server.head_seconds = 0.5
+        s.server.deadlines.head_seconds = 0.5
         with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
             sock.sendall(b"\x16\x03\x01\x00\x30")  # a ClientHello's record header, no more
             began = time.monotonic()
@@ -191,7 +194,7 @@ def test_min_version_and_cipher_suites_are_enforced(
 
 def test_basic_auth(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     web = write(tmp_path, yaml_text("basic_auth_users:", f"  alice: {HASH}"))
-    with Served(web) as s, caplog.at_level(logging.WARNING, "exporter.web.server"):
+    with Served(web) as s, caplog.at_level(logging.WARNING, "exporter.web.gate"):
         assert s.get(auth=("alice", PASSWORD))[0] == 200
         assert s.get("/-/ready", auth=("alice", PASSWORD))[0] == 200
         for path, auth in [
@@ -227,8 +230,8 @@ def test_a_flood_of_wrong_passwords_holds_neither_connections_nor_worker_threads
 
     web = write(tmp_path, yaml_text("basic_auth_users:", f"  alice: {HASH}"))
     with Served(web) as s:
-        s.server.auth = webauth.Auth(checkpw)
-        s.pages.metrics = Published(Renderer("1.2.3"), snapshot(requests=50), 0)
+        s.server.gate.auth = webauth.Auth(checkpw)
+        s.site.metrics = Published(Renderer("1.2.3"), snapshot(requests=50), 0)
         assert s.get(auth=("alice", PASSWORD))[0] == 200  # (its verdict cached)
         flood = MAX_PASSWORD_CHECKS + 5
         statuses: list[int] = []
@@ -240,14 +243,14 @@ def test_a_flood_of_wrong_passwords_holds_neither_connections_nor_worker_threads
         for t in threads:
             t.start()
         wait_for(lambda: statuses.count(429) == 5, 10, "the checks past the cap refused")
-        assert s.server.password_checks == MAX_PASSWORD_CHECKS
+        assert s.server.gate.password_checks == MAX_PASSWORD_CHECKS
         status, _, body = s.get("/metrics", auth=("alice", PASSWORD))  # rendered meanwhile
         assert status == 200 and b"smllm_node_busy_seconds_total" in body
         release.set()
         for t in threads:
             t.join(30)
         assert sorted(statuses) == [401] * MAX_PASSWORD_CHECKS + [429] * 5
-        assert s.server.password_checks == 0
+        assert s.server.gate.password_checks == 0
 
 
 def test_headers_are_added_to_every_answer(tmp_path: Path) -> None:
@@ -310,7 +313,7 @@ def test_a_web_config_gone_bad_refuses_until_it_is_good_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write(tmp_path, yaml_text("basic_auth_users:", f"  alice: {HASH}"))
-    with Served(path) as s, caplog.at_level(logging.WARNING, "exporter.web.server"):
+    with Served(path) as s, caplog.at_level(logging.WARNING, "exporter.web.gate"):
         assert s.get(auth=("alice", PASSWORD))[0] == 200
         write(tmp_path, yaml_text("basic_auth_users:", "  alice: [oops"))
         assert s.get(auth=("alice", PASSWORD))[0] == 500  # never served unprotected

@@ -1,13 +1,13 @@
-"""Checkpoint tests' shared parts: a manual clock, file modes, names in a checkpoint."""
+"""Checkpoint tests' shared parts: a manual clock, file modes, names in a checkpoint, JSON values."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
-from exporter.accounting.accounting import (
-    SECOND,
-)
+from hypothesis import strategies as st
+
+from exporter.base.times import SECOND
 from exporter.checkpoint.store import LOCK_NAME
 
 from support.dumps import END
@@ -41,3 +41,17 @@ def mode_of(path: Path) -> int:
 
 def names_in(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name != LOCK_NAME)  # (the daemon's)
+
+
+# any JSON value, and objects of any keys but `format` (a checkpoint's content, as written)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=25,
+)
+
+states = st.dictionaries(st.text().filter(lambda k: k != "format"), json_values, max_size=6)

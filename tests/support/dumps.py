@@ -12,9 +12,13 @@ from exporter.base.kinds import Kinds
 from exporter.base.records import Batch, LogLine
 from exporter.base.times import MAX_TIME_US, SECOND, iso
 from exporter.commands.demo import NODES, node_lines, short_iso
-from exporter.config.config import Config, FileNode, NodeConfig
+from exporter.config.schema import Config
 from exporter.report import window as report
 from exporter.sources import registry as sources
+from exporter.sources.file import FileNode
+from exporter.sources.registry import NodeConfig
+
+from support.settings import default_settings
 
 # short-iso-precise request lines of node0, as a real era D llama-server logs them
 T0 = 1_790_062_375 * SECOND  # 2026-09-22T07:32:55Z
@@ -56,7 +60,9 @@ def report_of_dumps(
     max_request_us: int = 600 * SECOND,
 ) -> report.Report:
     """The report of dump files, one per node, as `report --input` makes it."""
-    builder = report.Builder(list(dumps), kinds, since_us, until_us, max_request_us)
+    builder = report.Builder(
+        list(dumps), default_settings(kinds, max_request_us=max_request_us), since_us, until_us
+    )
     nodes = [FileNode(n, p) for n, p in dumps.items()]
     failed = asyncio.run(
         sources.read_windows(nodes, since_us, until_us + max_request_us, builder.add)

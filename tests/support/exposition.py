@@ -13,20 +13,22 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.accounting.accounting import SECOND, Accounting, Snapshot
+from exporter.accounting.accounting import Accounting
+from exporter.accounting.figures import Snapshot
 from exporter.base.kinds import DEFAULT_RULES, Kinds
-from exporter.base.records import MARKS, Event, EventKind, Interval
-from exporter.exposition.render import (
-    SnapshotCollector,
-)
+from exporter.base.records import MILESTONES, Event, EventKind, Interval
+from exporter.base.times import SECOND
+from exporter.exposition.reference import SnapshotCollector
 from exporter.startup.phases import Figures
+
+from support.settings import default_settings
 
 START = 1_790_000_000 * SECOND  # (long past)
 
 
 def rich_accounting() -> tuple[Accounting, list[str]]:
     names = [f"node{i:02d}" for i in range(12)] + ['we"ird\\no\nde']
-    acc = Accounting(names, Kinds(DEFAULT_RULES), origin_us=START)
+    acc = Accounting(names, default_settings(Kinds(DEFAULT_RULES)), origin_us=START)
     acc.init_timelines = {  # (two init-timeline nodes: one read, one not)
         "omni0": Figures(
             "omni0",
@@ -63,12 +65,12 @@ def traffic(acc: Accounting, names: list[str], rng: random.Random, n: int, t_us:
                 )
             )
         acc.line_read(node, t_us, rng.randrange(1, 3_000_000))
-    # a start-up done on one node, one in progress on another (their marks, PID 1 systemd's)
-    for node, marks in ((names[1], MARKS), (names[2], MARKS[:4])):
-        for i, mark in enumerate(marks):
+    # a start-up done on one node, one in progress on another (their milestones, PID 1 systemd's)
+    for node, milestones in ((names[1], MILESTONES), (names[2], MILESTONES[:4])):
+        for i, milestone in enumerate(milestones):
             pid = 1 if i < 2 else 7000 + n
-            acc.add(Event(node, t_us + i * SECOND, EventKind.PHASE, pid, None, i * 999, mark))
-    t_us += len(MARKS) * SECOND
+            acc.add(Event(node, t_us + i * SECOND, EventKind.PHASE, pid, None, i * 999, milestone))
+    t_us += len(MILESTONES) * SECOND
     acc.source_state(names[0], up=True, caught_up=False, now_us=t_us, lag_us=1_234_567)
     acc.advance(t_us - 30 * SECOND)
     return t_us

@@ -85,7 +85,7 @@ def grep_pattern(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, 0 if any(c.isupper() for c in pattern) else re.IGNORECASE)
 
 
-def parse_command(command: str) -> Query:
+def parse_command(command: str) -> Query:  # noqa: C901 (one option after another, as journalctl reads them)
     """The options of `journalctl ...`; Refused for anything this journalctl does not know."""
     argv = shlex.split(command)
     if not argv or argv[0] != "journalctl":

@@ -16,10 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from exporter.accounting.accounting import SECOND, Snapshot
+from exporter.accounting.figures import Snapshot
 from exporter.base.records import REASONS, LogLine
+from exporter.base.times import SECOND
 from exporter.commands.demo import DemoLine, node_lines
-from exporter.parse.parser import KEYWORDS
+from exporter.parse.tokens import KEYWORDS
 
 from support.scrape import Samples, sample
 

@@ -10,7 +10,7 @@ import ssl
 import threading
 from pathlib import Path
 
-from exporter.web.routes import Pages
+from exporter.web.routes import Site
 from exporter.web.server import HttpServer
 
 from support.certs import Authority, Pair
@@ -20,8 +20,8 @@ class Served:
     """An HttpServer on 127.0.0.1 with `web` as its web config, in a thread of its own."""
 
     def __init__(self, web: Path | None = None) -> None:
-        self.pages = Pages(ready=lambda: True)
-        self.server = HttpServer(self.pages, "127.0.0.1", 0, web_config=web)
+        self.site = Site(ready=lambda: True)
+        self.server = HttpServer(self.site, "127.0.0.1", 0, web_config=web)
         self.loop = asyncio.new_event_loop()
         self.port = 0
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)

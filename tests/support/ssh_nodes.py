@@ -8,10 +8,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from exporter.accounting.accounting import SECOND
 from exporter.base.kinds import DEFAULT_RULES, Kinds
-from exporter.base.times import iso
-from exporter.config.config import Config, SshNode
+from exporter.base.times import SECOND, iso
+from exporter.config.schema import Config
+from exporter.sources.ssh import SshNode
 
 from support.journals import UNIT
 from support.scrape import Samples, total

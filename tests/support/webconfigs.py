@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.config import ConfigError
+from exporter.config.errors import ConfigError
 from exporter.web import auth as webauth
 from exporter.web import tls as webtls
 

@@ -18,6 +18,8 @@ from exporter.base.records import Batch, LogLine
 from exporter.base.times import SECOND
 from exporter.report import window as report
 
+from support.settings import default_settings
+
 T0 = 1_790_062_375 * SECOND  # 2026-09-22T07:32:55Z
 KINDS = Kinds(split_rules(600))
 OUTCOMES = ("timed", "cancelled", "error", "untimed")
@@ -111,7 +113,7 @@ def report_of(
     timeline: bool = True,
 ) -> report.Report:
     """The report of [since_us, until_us] read from the requests' journal lines."""
-    builder = report.Builder(nodes, KINDS, since_us, until_us, timeline=timeline)
+    builder = report.Builder(nodes, default_settings(KINDS), since_us, until_us, timeline=timeline)
     for node in nodes:
         lines = journal(node, [r for r in reqs if r.node == node])
         for i in range(0, len(lines), 5000):  # (batches, as a source hands them over)

@@ -460,7 +460,7 @@ class Run:
         )
 
 
-def summarize(obj, endpoint):
+def summarize(obj, endpoint):  # noqa: C901 (the recorder, run once by hand)
     """pull what the server itself returned about the request"""
     keys = (
         "id_slot",

@@ -9,7 +9,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.accounting.accounting import SECOND, Accounting
+from exporter.accounting.accounting import Accounting
 from exporter.accounting.lanes import (
     OUTCOME_NAMES,
     OUTCOMES,
@@ -22,7 +22,9 @@ from exporter.accounting.lanes import (
 )
 from exporter.base.kinds import Kinds, split_rules
 from exporter.base.records import Event, EventKind, Interval
+from exporter.base.times import SECOND
 
+from support.settings import default_settings
 from support.tools import examples
 
 T0 = 1_790_000_000 * SECOND
@@ -266,7 +268,7 @@ def test_window_busy_matches_the_accounting_for_one_slot_nodes_in_end_order() ->
     ivs.sort(key=lambda i: i.end_us)
     w = Window(nodes, since, until, max_rects=100)
     w.add_all(ivs)
-    acc = Accounting(nodes, KINDS, origin_us=since)
+    acc = Accounting(nodes, default_settings(KINDS), origin_us=since)
     for i in ivs:
         if i.start_us < until:
             acc.add(i, count=since <= i.end_us <= until)

@@ -3,10 +3,13 @@ libraries, and one line each when a node starts and stops holding the cluster fi
 
 from __future__ import annotations
 
-from exporter.accounting.accounting import HOLD_US, SECOND, Accounting
+from exporter.accounting.accounting import Accounting
+from exporter.accounting.watermark import HOLD_US
 from exporter.base import logs
 from exporter.base.kinds import DEFAULT_RULES, Kinds
-from exporter.base.times import iso
+from exporter.base.times import SECOND, iso
+
+from support.settings import default_settings
 
 
 def test_priorities_of_every_level() -> None:
@@ -18,7 +21,9 @@ KINDS = Kinds(DEFAULT_RULES)
 
 def test_the_node_that_holds_the_figures_back_says_what_for_and_until_when() -> None:
     now = 1_790_000_000 * SECOND
-    acc = Accounting(["a", "b"], KINDS, origin_us=now - 10 * 60 * SECOND, stall_us=300 * SECOND)
+    acc = Accounting(
+        ["a", "b"], default_settings(KINDS, stall_us=300 * SECOND), origin_us=now - 10 * 60 * SECOND
+    )
     for node in ("a", "b"):
         acc.source_state(node, up=True, caught_up=True, now_us=now)
     acc.advance(now)

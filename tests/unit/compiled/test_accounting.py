@@ -19,25 +19,25 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from exporter.accounting.accounting import (
-    DEFAULT_BUCKETS_S,
-    SECOND,
-    Accounting,
-    KindCounters,
-    NodeState,
-    restore,
-    state_of,
-)
+from exporter.accounting.accounting import Accounting
+from exporter.accounting.contract import RECORD_TYPES
+from exporter.accounting.figures import KindCounters, NodeState
+from exporter.accounting.settings import DEFAULT_BUCKETS_S
 from exporter.base.kinds import DEFAULT_RULES, KindRule, Kinds
 from exporter.base.records import Event, EventKind, Interval, Record
+from exporter.base.times import SECOND
+from exporter.checkpoint.codec import restore, state_of
 from exporter.compiled import switch as _compiled
+from exporter.compiled.switch import Layouts, LayoutWarning, layouts_of_accounting, load
 
+from support.settings import default_settings
 from support.tools import examples, require_compiled
 
 require_compiled(_compiled.accounting, "_accounting")
@@ -85,13 +85,9 @@ class Config:
     max_request_us: int
 
     def build(self, cls: type[Accounting]) -> Accounting:
-        return cls(
-            NODES,
-            Kinds(self.rules),
-            origin_us=self.origin_us,
-            max_request_us=self.max_request_us,
-            buckets_s=self.buckets_s,
-        )
+        kinds = Kinds(self.rules)
+        over = {"max_request_us": self.max_request_us, "buckets_s": self.buckets_s}
+        return cls(NODES, default_settings(kinds, **over), origin_us=self.origin_us)
 
 
 configs = st.builds(
@@ -248,13 +244,7 @@ def apply(acc: Accounting, op: Op) -> Accounting:
         acc.advance(op[2])
     elif what == "checkpoint":
         fresh = Accounting if type(acc) is Accounting else Reference
-        new = fresh(
-            acc.node_names,
-            acc.kinds,
-            origin_us=acc.origin_us,
-            max_request_us=acc.max_request_us,
-            buckets_s=[b / SECOND for b in acc.buckets_us],
-        )
+        new = fresh(acc.node_names, acc.settings, origin_us=acc.origin_us)
         restore(new, state_of(acc))
         return new
     return acc
@@ -375,7 +365,9 @@ def crafted_states(draw: st.DrawFn) -> dict[str, Any]:
             ]
         )
     )
-    state["concurrency_us"] = draw(st.lists(st.just(0) | st.sampled_from(BIG), min_size=4))[:4]
+    # (counters that fit: a saved counter below 0 or over 2**63 - 1 is refused, as test_codec shows)
+    counters = st.sampled_from([b for b in BIG if 0 <= b < 2**63])
+    state["concurrency_us"] = draw(st.lists(st.just(0) | counters, min_size=4))[:4]
     return state
 
 
@@ -401,47 +393,33 @@ def test_the_compiled_sweep_of_any_restored_state_is_the_references(
 # -- the compiled functions themselves ---------------------------------------------------------
 
 
-def _parts(acc_nodes: Sequence[str] = ("n",)) -> dict[str, Any]:
-    """The arguments `_accounting.add_all` takes besides the records, built as Accounting
-    builds its own (two kinds, the default buckets)."""
+def _parts(acc_nodes: Sequence[str] = ("n",)) -> Any:
+    """What `_accounting.add_all` reads of an accounting (ACCOUNTING_READS), built as
+    Accounting builds its own (two kinds, the default buckets)."""
     names = ("extraction", "reconcile")
     bounds = tuple(round(b * SECOND) for b in DEFAULT_BUCKETS_S)
-    return {
-        "nodes": {
+    return SimpleNamespace(
+        nodes={
             n: NodeState(
                 newest_us=0,
                 kinds={k: KindCounters(buckets=[0] * (len(bounds) + 1)) for k in names},
             )
             for n in acc_nodes
         },
-        "node_index": {n: i for i, n in enumerate(acc_nodes)},
-        "kind_of": {10: "reconcile", 700: "extraction"},
-        "kind_bit": {"extraction": 1, "reconcile": 2},
-        "bounds": bounds,
-        "pending": [],
-        "sorted": names,
-        "cache": bytearray(1024),
-    }
-
-
-def _add_all(recs: list[Record], p: dict[str, Any], start: int = 0) -> int:
-    return _accounting.add_all(
-        recs,
-        start,
-        Interval,
-        Event,
-        EventKind.STARTED,
-        p["nodes"],
-        p["node_index"],
-        p["kind_of"],
-        p["kind_bit"],
-        p["bounds"],
-        ORIGIN,
-        ORIGIN,
-        p["pending"],
-        p["sorted"],
-        p["cache"],
+        node_index={n: i for i, n in enumerate(acc_nodes)},
+        kind_of={10: "reconcile", 700: "extraction"},
+        kind_bit={"extraction": 1, "reconcile": 2},
+        buckets_us=bounds,
+        origin_us=ORIGIN,
+        watermark_us=ORIGIN,
+        pending=[],
+        sorted_kinds=names,
+        kind_cache=bytearray(1024),
     )
+
+
+def _add_all(recs: list[Record], p: Any, start: int = 0) -> int:
+    return _accounting.add_all(recs, start, p, RECORD_TYPES)
 
 
 def test_the_compiled_add_all_takes_requests_and_hands_back_the_rest() -> None:
@@ -460,7 +438,7 @@ def test_the_compiled_add_all_takes_requests_and_hands_back_the_rest() -> None:
         Interval("n", ORIGIN, ORIGIN + SECOND, 10, slot=0, task=4, model="qwen"),
     ]
     assert _add_all(recs, p) == 4
-    ns = p["nodes"]["n"]
+    ns = p.nodes["n"]
     assert ns.in_flight == {(1, 2): ORIGIN} and ns.start_lines
     c = ns.kinds["extraction"]
     assert (c.requests, c.request_us, c.tokens, c.prompt_tokens, c.generated_tokens) == (
@@ -473,8 +451,8 @@ def test_the_compiled_add_all_takes_requests_and_hands_back_the_rest() -> None:
     assert (c.prompt_us, c.generation_us, c.histogram_us) == (5, 6, 3 * SECOND)
     assert c.buckets[6] == 1 and sum(c.buckets) == 1  # (2.5 s, 5 s]
     assert ns.kinds["reconcile"].requests == 1 and ns.last_end_us == ORIGIN + 3 * SECOND
-    assert p["pending"] == [(ORIGIN, ORIGIN + 3 * SECOND, 0, 1), (ORIGIN, ORIGIN + SECOND, 0, 2)]
-    assert p["cache"][700] == 1 and p["cache"][10] == 2  # (1 + the kind's bit index)
+    assert p.pending == [(ORIGIN, ORIGIN + 3 * SECOND, 0, 1), (ORIGIN, ORIGIN + SECOND, 0, 2)]
+    assert p.kind_cache[700] == 1 and p.kind_cache[10] == 2  # (1 + the kind's bit index)
     # a restart, a node it does not know, a time that does not fit, an occupancy without
     # timing, a model instance's launch and its request: Python's
     for start in range(5, 11):
@@ -484,21 +462,59 @@ def test_the_compiled_add_all_takes_requests_and_hands_back_the_rest() -> None:
 
 def test_the_compiled_add_all_hands_back_counters_it_does_not_keep() -> None:
     p = _parts()
-    p["nodes"]["n"].kinds["reconcile"].buckets = [0, 0]  # not one per bucket
-    p["nodes"]["n"].kinds["extraction"].tokens = 1.5
+    p.nodes["n"].kinds["reconcile"].buckets = [0, 0]  # not one per bucket
+    p.nodes["n"].kinds["extraction"].tokens = 1.5
     recs: list[Record] = [Interval("n", ORIGIN, ORIGIN + 1, 10), Interval("n", ORIGIN, ORIGIN, 700)]
     assert _add_all(recs, p) == 0
     assert _add_all(recs, p, 1) == 1
-    assert p["pending"] == []
+    assert p.pending == []
 
 
 def test_the_compiled_add_all_refuses_arguments_of_other_types() -> None:
     p = _parts()
-    p["cache"] = bytes(10)
+    p.kind_cache = bytes(10)
     with pytest.raises(TypeError):
         _add_all([], p)
     with pytest.raises(TypeError):
         _accounting.add_all([], 0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):  # (types that are no record types)
+        _accounting.add_all([], 0, _parts(), (int, str, 1))
+    with pytest.raises(AttributeError):  # (not an accounting: no `nodes`)
+        _accounting.add_all([], 0, object(), RECORD_TYPES)
+
+
+ACCOUNTING = layouts_of_accounting()
+
+
+def swapped(layouts: Layouts, name: str, i: int, j: int) -> Layouts:
+    names = list(layouts[name])
+    names[i], names[j] = names[j], names[i]
+    return {**layouts, name: tuple(names)}
+
+
+def test_the_compiled_accounting_accepts_this_codes_layouts() -> None:
+    _accounting.check_layouts(ACCOUNTING)  # (no error)
+    assert load("_accounting", ACCOUNTING) is _accounting
+
+
+@pytest.mark.parametrize("name", sorted(ACCOUNTING))
+def test_a_layout_of_the_accounting_with_two_names_swapped_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match=f"{name}: built for"):
+        _accounting.check_layouts(swapped(ACCOUNTING, name, 0, 1))
+    with pytest.warns(LayoutWarning, match=f"{name}.*pure-Python references"):
+        assert load("_accounting", swapped(ACCOUNTING, name, 0, 1)) is None
+
+
+@pytest.mark.parametrize("name", sorted(ACCOUNTING))
+def test_a_layout_of_the_accounting_left_out_cut_short_or_grown_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match=f"no {name} layout given"):
+        _accounting.check_layouts({k: v for k, v in ACCOUNTING.items() if k != name})
+    with pytest.raises(ValueError, match=name):
+        _accounting.check_layouts({**ACCOUNTING, name: ACCOUNTING[name][:-1]})
+    with pytest.raises(ValueError, match=name):
+        _accounting.check_layouts({**ACCOUNTING, name: (*ACCOUNTING[name], "more")})
+    with pytest.raises(ValueError, match="no layout 'Parser' here"):
+        _accounting.check_layouts({**ACCOUNTING, "Parser": ("node",)})
 
 
 def test_the_compiled_sweep_sweeps_or_hands_back() -> None:

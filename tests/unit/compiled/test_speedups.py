@@ -1,12 +1,12 @@
 """The compiled fast paths give exactly what their pure-Python references give, or hand back.
 
-`_speedups.tokenize(msg)` must be None or equal to `parse.tokenize(msg)` (and None wherever the
-reference raises); `_speedups.feed`, run by `Parser.feed_all`, must leave the records and the
-parser state that `Parser.feed_reference` leaves; and `_speedups.scan` must find the same lines
-as `lines.find_lines`, decoding a line only to the LogLine that `EntryDecoder` makes of it.
-Hypothesis builds the lines from the verbatim llama.cpp and journalctl shapes with every
-perturbation that changes how the references read them. (tests/test_fuzz.py throws arbitrary
-input at the same pairs.)
+`_speedups.tokenize(msg)` must be None or equal to `parse.tokens.tokenize(msg)` (and None
+wherever the reference raises); `_speedups.feed`, run by `Parser.feed_all`, must leave the
+records and the parser state that `Parser.feed_reference` leaves; and `_speedups.scan` must find
+the same lines as `lines.find_lines`, decoding a line only to the LogLine that `EntryDecoder`
+makes of it. Hypothesis builds the lines from the verbatim llama.cpp and journalctl shapes with
+every perturbation that changes how the references read them. (tests/hostile/test_parse_fuzz.py
+throws arbitrary input at the same pairs.)
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from hypothesis import strategies as st
 
 from exporter.base.records import Event, EventKind, Interval, LogLine, Record
 from exporter.base.times import MAX_TIME_US
+from exporter.checkpoint.codec import parser_of, parser_state
 from exporter.compiled import switch as _compiled
-from exporter.parse import parser as parse
-from exporter.parse.parser import ParseError, Parser, Token, tokenize
+from exporter.parse.contract import FEED_TYPES
+from exporter.parse.parser import Parser
+from exporter.parse.tokens import ParseError, Token, tokenize
 from exporter.sources.entries import EntryDecoder, EntryError
 from exporter.sources.lines import KEYWORDS, MAX_LINE, find_lines
 
@@ -49,6 +51,7 @@ PREFIXES = (
     "[ 8081] ",
     "srv  log_server_r: request: ",
 )
+
 NAMES = ("print_timing", "launch_slot_", "release", "releases", "launch_slot", "print_timings")
 WHAT = ("prompt eval time", "eval time", "total time", "graphs reused", "n_decoded", "")
 UNITS = ("tokens", "runs", "token", "tokens (  3.07 ms per token)")
@@ -277,9 +280,9 @@ def test_the_compiled_feed_leaves_records_and_state_as_the_python_loop_does(
             got += feed(p, tuple(lines[at : at + cut]))
             at += cut
             if resume:  # from a checkpoint between batches
-                p = Parser.from_state(NODE, json.loads(json.dumps(p.state())))
+                p = parser_of(NODE, json.loads(json.dumps(parser_state(p))))
         got += feed(p, tuple(lines[at:]))
-        results.append((got, p.state(), p.flush(2**62)))
+        results.append((got, parser_state(p), p.flush(2**62)))
     assert results[0] == results[1]
 
 
@@ -288,16 +291,16 @@ def test_the_compiled_feed_runs_whole_requests_and_hands_back_a_stop_to_decide()
     msgs = [STEP_LINES[w].format(s=0, t=7, n=100) for w in ("launch", "prompt", "eval", "total")]
     lines = tuple(LogLine(NODE, t + k, "", pid, m) for k, m in enumerate(msgs))
     p, out = Parser(NODE, pid=pid), list[object]()
-    assert _speedups.feed(p, lines, 0, out, parse.FEED_TYPES, p.max_in_flight) == 4
+    assert _speedups.feed(p, lines, 0, out, FEED_TYPES, p.max_in_flight) == 4
     assert [type(r).__name__ for r in out] == ["Event", "Interval"]
     assert out == Parser(NODE, pid=pid).feed_reference(lines)  # (and Python agrees)
     # a stop of a launched request before its timing block: Python adds the pending stop
     stop = LogLine(NODE, t + 9, "", pid, STEP_LINES["release"].format(s=0, t=8, n=0))
     launch = LogLine(NODE, t + 8, "", pid, STEP_LINES["launch"].format(s=0, t=8, n=0))
-    assert _speedups.feed(p, (launch, stop), 0, out, parse.FEED_TYPES, p.max_in_flight) == 1
+    assert _speedups.feed(p, (launch, stop), 0, out, FEED_TYPES, p.max_in_flight) == 1
     # another server's line is Python's to restart on
     other = LogLine(NODE, t + 10, "", pid + 1, msgs[0])
-    assert _speedups.feed(p, (other,), 0, [], parse.FEED_TYPES, p.max_in_flight) == 0
+    assert _speedups.feed(p, (other,), 0, [], FEED_TYPES, p.max_in_flight) == 0
 
 
 def test_the_compiled_feed_leaves_a_bound_that_shrank_to_the_reference() -> None:
@@ -311,7 +314,8 @@ def test_the_compiled_feed_leaves_a_bound_that_shrank_to_the_reference() -> None
     lines.append(LogLine(NODE, t + 20, "", pid, STEP_LINES["total"].format(s=0, t=9, n=100)))
     p, q = Parser(NODE), Parser(NODE)
     assert p.feed_all(tuple(lines)) == q.feed_reference(tuple(lines))
-    assert p.state() == q.state() and len(p.state()["last_timed"]) == 5  # (one forgotten)
+    state = parser_state(p)
+    assert state == parser_state(q) and len(state["last_timed"]) == 5  # (one forgotten)
 
 
 OUT_OF_RANGE = (-1, MAX_TIME_US + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**19 - 1)
@@ -323,7 +327,7 @@ def test_the_compiled_feed_hands_back_a_time_out_of_range(time_us: int) -> None:
     total = STEP_LINES["total"].format(s=0, t=7, n=100)
     lines = (LogLine(NODE, t, "", pid, total), LogLine(NODE, time_us, "", pid, total))
     p, out = Parser(NODE, pid=pid), list[object]()
-    assert _speedups.feed(p, lines, 0, out, parse.FEED_TYPES, p.max_in_flight) == 1
+    assert _speedups.feed(p, lines, 0, out, FEED_TYPES, p.max_in_flight) == 1
     assert len(out) == 1  # the first line's interval, nothing of the second
     got = Parser(NODE, pid=pid).feed_all(lines)
     assert got == Parser(NODE, pid=pid).feed_reference(lines)
@@ -335,12 +339,12 @@ def test_the_compiled_feed_hands_back_a_pid_that_does_not_fit(pid: int) -> None:
     t = 1_790_000_000_000_000
     msgs = [STEP_LINES[w].format(s=0, t=7, n=100) for w in ("launch", "total")]
     lines = (LogLine(NODE, t, "", 4242, msgs[0]), LogLine(NODE, t + 1, "", pid, msgs[1]))
-    assert _speedups.feed(Parser(NODE, pid=4242), lines, 0, [], parse.FEED_TYPES, 9) == 1
-    assert _speedups.feed(Parser(NODE, pid=pid), lines[1:], 0, [], parse.FEED_TYPES, 9) == 0
+    assert _speedups.feed(Parser(NODE, pid=4242), lines, 0, [], FEED_TYPES, 9) == 1
+    assert _speedups.feed(Parser(NODE, pid=pid), lines[1:], 0, [], FEED_TYPES, 9) == 0
     p, q = Parser(NODE), Parser(NODE)
     got = p.feed_all(lines)
     assert got == q.feed_reference(lines)
-    assert p.state() == q.state()
+    assert parser_state(p) == parser_state(q)
     assert [r.kind for r in got if isinstance(r, Event)][-1] == EventKind.RESTART
 
 
@@ -350,23 +354,23 @@ def test_the_compiled_feed_hands_back_a_line_that_is_no_log_line() -> None:
     bool_pid: tuple[Any, ...] = (NODE, 1, "", True, line.message)
     odd_lines: list[Any] = [tuple(line), LogLine(*float_time), LogLine(*bool_pid)]
     for odd in odd_lines:
-        assert _speedups.feed(Parser(NODE, pid=4242), (line, odd), 0, [], parse.FEED_TYPES, 9) == 1
+        assert _speedups.feed(Parser(NODE, pid=4242), (line, odd), 0, [], FEED_TYPES, 9) == 1
 
 
 def test_the_compiled_feed_hands_back_a_block_it_cannot_hold() -> None:
     """A parser restored from a checkpoint whose block holds a number beyond 64 bits."""
-    state = Parser(NODE, pid=4242).state()
+    state = parser_state(Parser(NODE, pid=4242))
     state["block"] = [0, 7, 2**64, 5, None, None]
     lines = (LogLine(NODE, 1, "", 4242, STEP_LINES["total"].format(s=0, t=7, n=100)),)
-    p, q = Parser.from_state(NODE, state), Parser.from_state(NODE, state)
-    assert _speedups.feed(p, lines, 0, [], parse.FEED_TYPES, 9) == 0
+    p, q = parser_of(NODE, state), parser_of(NODE, state)
+    assert _speedups.feed(p, lines, 0, [], FEED_TYPES, 9) == 0
     got = p.feed_all(lines)
     assert got == q.feed_reference(lines)
     assert isinstance(got[0], Interval) and got[0].prompt_us == 2**64
 
 
 def test_the_compiled_feed_refuses_record_types_it_cannot_build() -> None:
-    types = (dict, *parse.FEED_TYPES[1:])
+    types = (dict, *FEED_TYPES[1:])
     with pytest.raises(TypeError, match="NamedTuple"):
         _speedups.feed(Parser(NODE), (), 0, [], types, 1)
 
@@ -375,7 +379,7 @@ def test_the_compiled_feed_refuses_record_types_it_cannot_build() -> None:
 def test_the_compiled_feed_refuses_a_start_outside_its_lines(start: int) -> None:
     line = LogLine(NODE, 1, "", 4242, STEP_LINES["launch"].format(s=0, t=7, n=100))
     with pytest.raises(IndexError):
-        _speedups.feed(Parser(NODE, pid=4242), (line,), start, [], parse.FEED_TYPES, 9)
+        _speedups.feed(Parser(NODE, pid=4242), (line,), start, [], FEED_TYPES, 9)
 
 
 # -- scan ----------------------------------------------------------------------------------------

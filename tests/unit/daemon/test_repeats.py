@@ -23,12 +23,12 @@ def test_a_steady_stream_is_one_line_a_minute_after_the_first(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = Clock()
-    repeats = Repeats(clock)
+    repeats = Repeats("a", clock)
     caplog.set_level(logging.INFO, logger="exporter.daemon.daemon")
     minutes = 5
     for second in range(int(minutes * SUMMARY_S)):
         clock.now = float(second)
-        repeats.note("a", "restarts", 1, f"restarted ({second})", f"pid {second}")
+        repeats.note("restarts", 1, f"restarted ({second})", f"pid {second}")
         repeats.flush()
     repeats.flush(every=True)
     lines = [r.getMessage() for r in caplog.records]
@@ -41,13 +41,14 @@ def test_a_steady_stream_is_one_line_a_minute_after_the_first(
 
 def test_an_event_after_a_quiet_minute_is_news_again(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
-    repeats = Repeats(clock)
+    a, b = Repeats("a", clock), Repeats("b", clock)
     caplog.set_level(logging.INFO, logger="exporter.daemon.daemon")
-    repeats.note("a", "restarts", 1, "first")
+    a.note("restarts", 1, "first")
     clock.now = SUMMARY_S + 1
-    repeats.flush()
-    repeats.note("a", "restarts", 1, "after a quiet minute")
-    repeats.note("b", "restarts", 1, "another node's first")
+    a.flush()
+    b.flush()
+    a.note("restarts", 1, "after a quiet minute")
+    b.note("restarts", 1, "another node's first")
     assert [r.getMessage() for r in caplog.records] == [
         "node a: first",
         "node a: after a quiet minute",

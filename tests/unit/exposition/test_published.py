@@ -1,4 +1,6 @@
-"""The daemon end to end: real dump files followed, /metrics over real HTTP, real promtool."""
+"""A published snapshot is rendered when a scrape first asks for it, in the format and encoding
+it asks for, then served from memory; ahead only for a scraper that came before, and while that
+is under way scrapes get the one before. And which format a scrape's Accept header asks for."""
 
 from __future__ import annotations
 
@@ -6,53 +8,81 @@ import gzip
 import random
 import threading
 
-from exporter.accounting.accounting import SECOND, Accounting, Snapshot
-from exporter.base.kinds import DEFAULT_RULES, Kinds
-from exporter.base.records import Interval
-from exporter.exposition.render import Exposition, Published, Renderer
+import pytest
+
+from exporter.accounting.figures import Snapshot
+from exporter.exposition.published import Published
+from exporter.exposition.render import Exposition, Renderer
+from exporter.web.routes import wants_openmetrics
 
 from support.dumps import START
-from support.exposition import reference, rich_accounting, traffic
+from support.exposition import PROMETHEUS_ACCEPT, reference, rich_accounting, snapshot, traffic
 
 
-def test_rendered_text_equals_prometheus_client_render() -> None:
-    """The text written directly is, byte for byte, what prometheus_client's generate_latest
-    makes of the SnapshotCollector, render after render as values change (or do not)."""
-    acc, names = rich_accounting()
-    rng = random.Random(7)
+@pytest.mark.parametrize(
+    ("accept", "openmetrics"),
+    [
+        (PROMETHEUS_ACCEPT, True),
+        ("application/openmetrics-text; version=1.0.0", True),
+        ("application/openmetrics-text", True),
+        ("Application/OpenMetrics-Text; Version=1.0.0", True),  # (as _header lowers it)
+        ('application/openmetrics-text;version="1.0.0"', True),
+        ("application/openmetrics-text;version=0.0.1", True),  # the draft: the same text
+        # Prometheus >= 2.49, scrape_protocols: [OpenMetricsText1.0.0, PrometheusText0.0.4]
+        (
+            "application/openmetrics-text;version=1.0.0;q=0.5,"
+            "text/plain;version=0.0.4;q=0.4,*/*;q=0.3",
+            True,
+        ),
+        # Prometheus 3's default: protobuf first (not served), OpenMetrics next
+        (
+            "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+            "encoding=delimited;q=0.5,application/openmetrics-text;version=1.0.0;"
+            "escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+            True,
+        ),
+        ("application/openmetrics-text, */*", True),  # named beats a wildcard at equal q
+        ("application/openmetrics-text, text/plain", True),
+        ("application/*", True),  # the only format it takes
+        ("text/plain;version=0.0.4;q=0.5, application/openmetrics-text;q=0.6", True),
+        ("", False),  # no Accept: curl, a browser's first look, old scrapers
+        ("*/*", False),
+        ("text/plain", False),
+        ("text/plain;version=0.0.4", False),
+        ("text/*, application/openmetrics-text;q=0.9", False),
+        ("application/openmetrics-text;q=0.5, text/plain", False),
+        ("application/openmetrics-text;q=0.5, */*", False),
+        ("application/openmetrics-text;q=0", False),
+        ("application/openmetrics-text;q=0.000, text/plain;q=0.001", False),
+        ("application/openmetrics-text;q=2", False),  # malformed q-values accept nothing
+        ("application/openmetrics-text;q=x", False),
+        ("application/openmetrics-text;version=2.0.0", False),  # a version not served
+        ("application/openmetrics-text;version=2.0.0, */*;q=0.1", False),
+        ("application/json", False),  # accepts neither: the text format all the same
+        (",;=,", False),
+    ],
+)
+def test_openmetrics_is_served_when_preferred(accept: str, openmetrics: bool) -> None:
+    assert wants_openmetrics(accept.lower().encode()) is openmetrics
+
+
+def test_each_format_and_encoding_is_made_once_and_kept() -> None:
     renderer = Renderer("1.2.3")
-    t = START
-    for n in (0, 1, 500, 0, 3, 2000):
-        t = traffic(acc, names, rng, n, t)
-        snap = acc.snapshot()
-        assert renderer.text(snap, n) == reference(snap, n)
-    body = renderer.render(snap, 5).body.decode()
-    assert body.startswith(reference(snap, 5)) and "process_cpu_seconds_total" in body
-    other = Accounting(names[:3], Kinds(DEFAULT_RULES), origin_us=START)  # another shape
-    assert renderer.text(other.snapshot()) == reference(other.snapshot(), 0)
-
-
-def test_snapshots_share_the_counters_that_did_not_change() -> None:
-    acc, names = rich_accounting()
-    traffic(acc, names, random.Random(3), 300, START)
-    before = acc.snapshot()
-    kinds = {
-        (n.name, k): (c.requests, c.tokens, list(c.buckets))
-        for n in before.nodes
-        for k, c in n.kinds.items()
-    }
-    end = START + 10**6 * SECOND
-    acc.add(Interval(names[1], end - SECOND, end, tokens=700))  # extraction on node01
-    after = acc.snapshot()
-    for n_before, n_after in zip(before.nodes, after.nodes, strict=True):
-        for k, c in n_before.kinds.items():
-            assert (c.requests, c.tokens, list(c.buckets)) == kinds[n_before.name, k]
-            changed = (n_before.name, k) == (names[1], "extraction")
-            assert (n_after.kinds[k] is c) != changed
-    assert (
-        after.nodes[1].kinds["extraction"].requests
-        == before.nodes[1].kinds["extraction"].requests + 1
-    )
+    published = Published(renderer, snapshot(requests=20), 0)
+    assert published.ready(gzipped=False, openmetrics=True) is None
+    om = published.body(gzipped=False, openmetrics=True)
+    assert om.endswith(b"# EOF\n") and published.plain is None  # the text format: not made
+    assert published.ready(gzipped=False, openmetrics=True) is om
+    zipped = published.body(gzipped=True, openmetrics=True)
+    assert gzip.decompress(zipped) == om
+    assert published.body(gzipped=True, openmetrics=True) is zipped
+    plain = published.body(gzipped=False)
+    assert b"# EOF" not in plain and plain == published.plain and published.gzipped is None
+    # a scraper that asked for OpenMetrics gzipped finds the next snapshot made that way
+    published.ready(gzipped=True, openmetrics=True)
+    following = Published(renderer, snapshot(requests=21), 0, published)
+    following.prepare_like(published)
+    assert set(following.bodies) == {(True, False), (True, True)}
 
 
 def test_a_snapshot_is_rendered_when_scraped_and_ahead_only_for_a_frequent_scraper() -> None:

@@ -1,43 +1,39 @@
-"""What /metrics serves, and where: the text format 0.0.4, or OpenMetrics 1.0.0 when the scraper
-prefers it (its Accept header, with q-values), each byte for byte what prometheus_client writes
-for the SnapshotCollector and the process collectors; smllm_exporter_build_info's labels; and
-the log line naming every address the server bound.
+"""The renderer writes, byte for byte, what prometheus_client writes of the family table over a
+snapshot (`reference.SnapshotCollector`): the text format 0.0.4 and OpenMetrics 1.0.0, render
+after render as values change (or do not) and for other shapes of snapshot, the process's own
+metrics after it.
 
 Debian's promtool (2.42) `check metrics` reads the text format only (on an OpenMetrics body it
 takes every counter's `_total` samples for a family without HELP), so the OpenMetrics body is
 read with prometheus_client's OpenMetrics parser, which is strict (`# EOF`, counters' `_total`,
-a family's samples together), and the text body goes through promtool.
+a family's samples together); tests/integration/test_exposition.py puts the text through
+promtool.
 """
 
 from __future__ import annotations
 
-import gzip
 import random
-import sys
 from typing import cast
 
-import pytest
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition, parser
 
-from exporter.compiled import switch as _compiled
-from exporter.exposition.render import (
-    Published,
-    Renderer,
-)
-from exporter.web.routes import wants_openmetrics
+from exporter.accounting.accounting import Accounting
+from exporter.base.kinds import DEFAULT_RULES, Kinds
+from exporter.base.records import Interval
+from exporter.base.times import SECOND
+from exporter.exposition.render import Renderer, go_float
 
 from support.exposition import (
-    PROMETHEUS_ACCEPT,
     START,
-    build_info_labels,
     parse_text,
     reference,
     rich_accounting,
     snapshot,
     traffic,
 )
+from support.settings import default_settings
 
 
 def generate_openmetrics(registry: CollectorRegistry) -> bytes:
@@ -48,51 +44,57 @@ def parse_om(text: str) -> list[Metric]:
     return list(parser.text_string_to_metric_families(text))  # type: ignore[no-untyped-call]
 
 
-@pytest.mark.parametrize(
-    ("accept", "openmetrics"),
-    [
-        (PROMETHEUS_ACCEPT, True),
-        ("application/openmetrics-text; version=1.0.0", True),
-        ("application/openmetrics-text", True),
-        ("Application/OpenMetrics-Text; Version=1.0.0", True),  # (as _header lowers it)
-        ('application/openmetrics-text;version="1.0.0"', True),
-        ("application/openmetrics-text;version=0.0.1", True),  # the draft: the same text
-        # Prometheus >= 2.49, scrape_protocols: [OpenMetricsText1.0.0, PrometheusText0.0.4]
-        (
-            "application/openmetrics-text;version=1.0.0;q=0.5,"
-            "text/plain;version=0.0.4;q=0.4,*/*;q=0.3",
-            True,
-        ),
-        # Prometheus 3's default: protobuf first (not served), OpenMetrics next
-        (
-            "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
-            "encoding=delimited;q=0.5,application/openmetrics-text;version=1.0.0;"
-            "escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
-            True,
-        ),
-        ("application/openmetrics-text, */*", True),  # named beats a wildcard at equal q
-        ("application/openmetrics-text, text/plain", True),
-        ("application/*", True),  # the only format it takes
-        ("text/plain;version=0.0.4;q=0.5, application/openmetrics-text;q=0.6", True),
-        ("", False),  # no Accept: curl, a browser's first look, old scrapers
-        ("*/*", False),
-        ("text/plain", False),
-        ("text/plain;version=0.0.4", False),
-        ("text/*, application/openmetrics-text;q=0.9", False),
-        ("application/openmetrics-text;q=0.5, text/plain", False),
-        ("application/openmetrics-text;q=0.5, */*", False),
-        ("application/openmetrics-text;q=0", False),
-        ("application/openmetrics-text;q=0.000, text/plain;q=0.001", False),
-        ("application/openmetrics-text;q=2", False),  # malformed q-values accept nothing
-        ("application/openmetrics-text;q=x", False),
-        ("application/openmetrics-text;version=2.0.0", False),  # a version not served
-        ("application/openmetrics-text;version=2.0.0, */*;q=0.1", False),
-        ("application/json", False),  # accepts neither: the text format all the same
-        (",;=,", False),
-    ],
-)
-def test_openmetrics_is_served_when_preferred(accept: str, openmetrics: bool) -> None:
-    assert wants_openmetrics(accept.lower().encode()) is openmetrics
+def test_rendered_text_equals_prometheus_client_render() -> None:
+    """The text written directly is, byte for byte, what prometheus_client's generate_latest
+    makes of the SnapshotCollector, render after render as values change (or do not)."""
+    acc, names = rich_accounting()
+    rng = random.Random(7)
+    renderer = Renderer("1.2.3")
+    t = START
+    for n in (0, 1, 500, 0, 3, 2000):
+        t = traffic(acc, names, rng, n, t)
+        snap = acc.snapshot()
+        assert renderer.text(snap, n) == reference(snap, n)
+    body = renderer.render(snap, 5).body.decode()
+    assert body.startswith(reference(snap, 5)) and "process_cpu_seconds_total" in body
+    other = Accounting(names[:3], default_settings(Kinds(DEFAULT_RULES)), origin_us=START)
+    assert renderer.text(other.snapshot()) == reference(other.snapshot(), 0)  # another shape
+
+
+def test_router_models_are_rendered_as_prometheus_client_renders_them() -> None:
+    acc, names = rich_accounting()
+    renderer = Renderer("1.2.3")
+    t = traffic(acc, names, random.Random(9), 40, START)
+    for i, model in enumerate(("tiny-a", 'we"ird\\mo\ndel', "tiny-a")):
+        t += SECOND
+        acc.add(Interval(names[i], t - SECOND // 3, t, tokens=100 + i, model=model))
+    snap = acc.snapshot()
+    assert 'smllm_model_requests_total{model="tiny-a",node="node00"} 1.0' in renderer.text(snap)
+    assert renderer.text(snap, 1) == reference(snap, 1)
+    assert renderer.openmetrics_text(snap, 1) + "# EOF\n" == reference(snap, 1, openmetrics=True)
+
+
+def test_snapshots_share_the_counters_that_did_not_change() -> None:
+    acc, names = rich_accounting()
+    traffic(acc, names, random.Random(3), 300, START)
+    before = acc.snapshot()
+    kinds = {
+        (n.name, k): (c.requests, c.tokens, list(c.buckets))
+        for n in before.nodes
+        for k, c in n.kinds.items()
+    }
+    end = START + 10**6 * SECOND
+    acc.add(Interval(names[1], end - SECOND, end, tokens=700))  # extraction on node01
+    after = acc.snapshot()
+    for n_before, n_after in zip(before.nodes, after.nodes, strict=True):
+        for k, c in n_before.kinds.items():
+            assert (c.requests, c.tokens, list(c.buckets)) == kinds[n_before.name, k]
+            changed = (n_before.name, k) == (names[1], "extraction")
+            assert (n_after.kinds[k] is c) != changed
+    assert (
+        after.nodes[1].kinds["extraction"].requests
+        == before.nodes[1].kinds["extraction"].requests + 1
+    )
 
 
 def _process() -> CollectorRegistry:
@@ -159,38 +161,13 @@ def test_openmetrics_reads_as_openmetrics_and_holds_the_text_formats_samples() -
     assert samples(parse_om(om)) == samples(parse_text(text))
 
 
-def test_each_format_and_encoding_is_made_once_and_kept() -> None:
-    renderer = Renderer("1.2.3")
-    published = Published(renderer, snapshot(requests=20), 0)
-    assert published.ready(gzipped=False, openmetrics=True) is None
-    om = published.body(gzipped=False, openmetrics=True)
-    assert om.endswith(b"# EOF\n") and published.plain is None  # the text format: not made
-    assert published.ready(gzipped=False, openmetrics=True) is om
-    zipped = published.body(gzipped=True, openmetrics=True)
-    assert gzip.decompress(zipped) == om
-    assert published.body(gzipped=True, openmetrics=True) is zipped
-    plain = published.body(gzipped=False)
-    assert b"# EOF" not in plain and plain == published.plain and published.gzipped is None
-    # a scraper that asked for OpenMetrics gzipped finds the next snapshot made that way
-    published.ready(gzipped=True, openmetrics=True)
-    following = Published(renderer, snapshot(requests=21), 0, published)
-    following.prepare_like(published)
-    assert set(following.bodies) == {(True, False), (True, True)}
+def test_go_float_is_prometheus_clients() -> None:
+    from prometheus_client.utils import floatToGoString
 
-
-def test_build_info_names_version_revision_python_and_compiled() -> None:
-    renderer = Renderer("1.2.3")
-    labels = build_info_labels(renderer.render(snapshot(requests=5)).body.decode())
-    compiled = _compiled.speedups is not None and _compiled.accounting is not None
-    assert labels == {
-        "version": "1.2.3",
-        "revision": labels["revision"],
-        "python": sys.version.split()[0],
-        "compiled": "true" if compiled else "false",
-    }
-    assert labels["revision"]  # a commit, or "unknown"
-    om = {
-        f.name: f for f in parse_om(renderer.render_openmetrics(snapshot(requests=5)).body.decode())
-    }
-    (sample,) = om["smllm_exporter_build_info"].samples
-    assert sample.labels == labels
+    for value in (0, 1, 0.5, 1e-7, 123456.0, 1234567.0, 1.796146368093021e9, 1e22, -3.0):
+        assert go_float(value) == floatToGoString(value), value  # type: ignore[no-untyped-call]
+    assert [go_float(v) for v in (float("inf"), float("-inf"), float("nan"))] == [
+        "+Inf",
+        "-Inf",
+        "NaN",
+    ]

@@ -19,12 +19,15 @@ from typing import Any
 
 import pytest
 
-from exporter.accounting.accounting import DEFAULT_BUCKETS_S, SECOND, Accounting, restore, state_of
+from exporter.accounting.accounting import Accounting
+from exporter.accounting.settings import DEFAULT_BUCKETS_S
 from exporter.base.records import Event, EventKind, Interval, LogLine, Record
-from exporter.base.times import MAX_TIME_US
+from exporter.base.times import MAX_TIME_US, SECOND
+from exporter.checkpoint.codec import parser_of, parser_state, restore, state_of, upgrade
 from exporter.parse import parser as parse
+from exporter.parse import router, tokens
 from exporter.parse.parser import Parser
-from exporter.report import window as report
+from exporter.report import text as report_text
 
 from support.dumps import dump_lines, report_of_dumps
 from support.recorded import (
@@ -40,6 +43,7 @@ from support.recorded import (
     untimed,
     window,
 )
+from support.settings import default_settings
 from support.tools import REPO
 
 
@@ -207,7 +211,7 @@ def test_a_checkpoint_anywhere_in_a_real_run_changes_nothing(run: str) -> None:
     for cut in range(len(lines) + 1):
         p = Parser(run, slots=3)
         got = p.feed_all(lines[:cut])
-        p = Parser.from_state(run, json.loads(json.dumps(p.state())))
+        p = parser_of(run, json.loads(json.dumps(parser_state(p))))
         p.slots = 3
         got += p.feed_all(lines[cut:]) + p.flush(MAX_TIME_US)
         assert got == whole, cut
@@ -245,14 +249,14 @@ def test_the_report_counts_every_occupancy_by_reason_and_busy_is_their_union() -
 def test_the_reports_text_adds_one_line_for_untimed_occupancy() -> None:
     since, until = window()
     dumps = {run: FIXTURES / f"{run}.journal.json" for run in RUNS}
-    text = report.to_text(report_of_dumps(dumps, KINDS, since, until))
+    text = report_text.to_text(report_of_dumps(dumps, KINDS, since, until))
     line = [row for row in text.splitlines() if "untimed occupancy" in row]
     assert len(line) == 1
     assert line[0].startswith("  untimed occupancy: cancelled 2 (")
     assert "error 2 (" in line[0] and "untimed 5 (" in line[0]
     # and a window of timed requests only has none
     dumps = {"parallel": FIXTURES / "parallel.journal.json"}
-    text = report.to_text(report_of_dumps(dumps, KINDS, *window(("parallel",))))
+    text = report_text.to_text(report_of_dumps(dumps, KINDS, *window(("parallel",))))
     assert "untimed occupancy" not in text
 
 
@@ -298,7 +302,7 @@ def test_a_release_without_timing_has_the_reason_its_lines_give(
     msgs += [(600, m) for m in after]
     recs = p.feed_all(lines(*msgs)) + p.flush(T0 + 10 * SECOND)
     assert untimed(recs) == [(0, 500, reason)]
-    assert not p.state()["marks"] or reason == "untimed"
+    assert not parser_state(p)["marks"] or reason == "untimed"
 
 
 def test_era_b_releases_without_timing_are_cancels_and_a_new_launch_decides_at_once() -> None:
@@ -316,14 +320,14 @@ def test_era_b_releases_without_timing_are_cancels_and_a_new_launch_decides_at_o
 def test_lines_quoting_a_request_at_debug_verbosity_are_no_requests() -> None:
     quoted = 'srv  log_server_r: request: {"prompt": "slot print_timing: id  0 | task 5 |       total time = 5.00 ms / 3 tokens"}'
     for msg in (quoted, "x slot launch_slot_: id  0 | task 5 | processing task"):
-        assert parse.tokenize(msg) is None
+        assert tokens.tokenize(msg) is None
         assert Parser("n").feed_all(lines((0, msg))) == []
 
 
 def test_a_wall_clock_prefix_reads_as_the_elapsed_one() -> None:
     for prefix in ("2025-11-15 14:23:35.060 I ", "0.02.039.123 I "):
-        token = parse.tokenize(prefix + launch(2, 9).split(" I ", 1)[1])
-        assert token is not None and token[:3] == (parse.LAUNCH, 2, 9)
+        token = tokens.tokenize(prefix + launch(2, 9).split(" I ", 1)[1])
+        assert token is not None and token[:3] == (tokens.LAUNCH, 2, 9)
 
 
 def test_systemd_lines_switch_the_state_never_the_server() -> None:
@@ -339,7 +343,7 @@ def test_systemd_lines_switch_the_state_never_the_server() -> None:
     )
     kinds = [r.kind for r in recs if type(r) is Event]
     assert kinds == [
-        EventKind.PHASE,  # (`Started`: a start-up's first mark)
+        EventKind.PHASE,  # (`Started`: a start-up's first milestone)
         EventKind.SERVER_UP,
         EventKind.STARTED,
         EventKind.SERVER_DOWN,
@@ -367,7 +371,7 @@ def test_a_request_line_after_a_stop_says_the_server_runs() -> None:
 
 def test_untimed_occupancies_are_busy_and_slot_time_but_in_no_mix() -> None:
     for reference in (False, True):
-        acc = Accounting(["n", "m"], KINDS, origin_us=T0)
+        acc = Accounting(["n", "m"], default_settings(KINDS), origin_us=T0)
         add = acc.add_all_reference if reference else acc.add_all
         add(
             [
@@ -397,15 +401,17 @@ def test_untimed_occupancies_are_busy_and_slot_time_but_in_no_mix() -> None:
 
 
 def test_a_checkpoint_from_before_the_reasons_keeps_its_cancels() -> None:
-    acc = Accounting(["n"], KINDS, origin_us=T0)
+    acc = Accounting(["n"], default_settings(KINDS), origin_us=T0)
     acc.add(Interval("n", T0, T0 + SECOND, reason="untimed"))
     state = state_of(acc)
     saved = state["nodes"]["n"]
-    for key in ("untimed", "slots", "server_up", "models", "slot_busy_us"):
+    for key in ("untimed", "slots", "server_up", "models", "slot_busy_us", "startups"):
         del saved[key]
     saved["cancelled"] = 7
-    fresh = Accounting(["n"], KINDS, origin_us=T0)
-    restore(fresh, json.loads(json.dumps(state)))
+    fresh = Accounting(["n"], default_settings(KINDS), origin_us=T0)
+    old = {"format": 1, "accounting": json.loads(json.dumps(state)), "parsers": {}}
+    old |= {"positions": {}, "checkpoint_errors": 0, "written_at_us": T0}  # (an older exporter's)
+    restore(fresh, upgrade(old)["accounting"])
     assert fresh.snapshot().nodes[0].untimed["cancelled"] == (7, 0)
 
 
@@ -426,18 +432,18 @@ def test_a_router_line_from_outside_stays_bounded() -> None:
     p = Parser("n")
     # an instance's line that looks routed again is its own line (no request), not another's
     assert p.feed_all(lines((0, "[1] " * 10_000 + launch(0, 1)))) == []
-    assert [port for port, _, _ in p.state()["instances"]] == [1]
+    assert [port for port, _, _ in parser_state(p)["instances"]] == [1]
     spawns = [
         f"srv  load: spawning server instance with name=m{i}-{'x' * 5000} on port {i}"
         for i in range(100)
     ]
     recs = p.feed_all(lines(*((10 + i, s) for i, s in enumerate(spawns))))
     assert not [r for r in recs if type(r) is Event and r.kind is EventKind.PARSE_ERROR]
-    state = p.state()
+    state = parser_state(p)
     assert [port for port, _, _ in state["instances"]] == list(
         range(100 - parse.MAX_INSTANCES, 100)
     )
-    assert {len(model) for _, model, _ in state["instances"]} == {parse.MAX_MODEL_NAME}
+    assert {len(model) for _, model, _ in state["instances"]} == {router.MAX_MODEL_NAME}
 
 
 class Stalled(BaseException):
@@ -505,7 +511,7 @@ def test_systemd_taking_a_pidless_server_down_aborts_what_it_held() -> None:
     ]
 
 
-def test_a_timed_task_leaves_no_cancel_mark_on_either_path() -> None:
+def test_a_timed_task_leaves_no_cancel_reason_on_either_path() -> None:
     msgs = (
         (0, launch(0, 5)),
         (10, cancel(5)),
@@ -518,7 +524,7 @@ def test_a_timed_task_leaves_no_cancel_mark_on_either_path() -> None:
     for feed in (Parser.feed_all, Parser.feed_reference):
         p = Parser("n")
         feed(p, lines(*msgs))
-        assert p.state()["marks"] == [], feed
+        assert parser_state(p)["marks"] == [], feed
 
 
 def test_a_restored_routers_instances_take_the_configured_slots() -> None:
@@ -529,7 +535,7 @@ def test_a_restored_routers_instances_take_the_configured_slots() -> None:
             (10, "[42013] " + launch(0, 1)),
         )
     )
-    q = Parser.from_state("n", json.loads(json.dumps(p.state())))
+    q = parser_of("n", json.loads(json.dumps(parser_state(p))))
     q.slots = 16
     # 18 requests in flight fit in 16 slots + 2: none is lost, in the restored instance too
     recs = q.feed_all(lines(*((20 + i, "[42013] " + launch(i + 1, 100 + i)) for i in range(17))))
@@ -539,14 +545,14 @@ def test_a_restored_routers_instances_take_the_configured_slots() -> None:
 def test_a_model_name_that_is_no_text_is_made_one() -> None:
     p = Parser("n")
     p.feed_all(lines((0, "srv load: spawning server instance with name=m\udc80x on port 1")))
-    (model,) = [m for _, m, _ in p.state()["instances"]]
+    (model,) = [m for _, m, _ in parser_state(p)["instances"]]
     assert model.encode("utf-8") and model.startswith("m") and model.endswith("x")
 
 
 def test_a_model_instances_request_ends_only_its_own_launch() -> None:
     """Slot and task ids of a router's instances collide with each other and with the router's
     own: each end takes only its own launch out of flight."""
-    acc = Accounting(["n"], KINDS, origin_us=T0)
+    acc = Accounting(["n"], default_settings(KINDS), origin_us=T0)
     acc.add(Event("n", T0, EventKind.STARTED, PID, 0, 5))
     acc.add(Event("n", T0, EventKind.STARTED, PID, 0, 5, model="tiny-a"))
     acc.add(Event("n", T0, EventKind.STARTED, PID, 0, 5, model="tiny-b"))

@@ -8,15 +8,11 @@ from dataclasses import dataclass
 import pytest
 
 from exporter.base.records import Event, EventKind, Interval, LogLine, Record
+from exporter.checkpoint.codec import parser_of, parser_state
 from exporter.parse import parser as parse
-from exporter.parse.parser import (
-    MAX_DURATION_US,
-    PID_GONE_US,
-    SLOT_MARGIN,
-    ParseError,
-    Parser,
-    ms_to_us,
-)
+from exporter.parse import tokens
+from exporter.parse.parser import PID_GONE_US, SLOT_MARGIN, Parser
+from exporter.parse.tokens import Token, ms_to_us
 
 T0 = 1_790_000_000_000_000  # a journal time, microseconds
 
@@ -309,27 +305,6 @@ def test_garbled_component_does_not_leak_into_next_block() -> None:
     assert len(events) == 1 and intervals[0].prompt_tokens is None
 
 
-@pytest.mark.parametrize(
-    ("text", "us"),
-    [
-        ("0.00", 0),
-        ("6739.60", 6_739_600),
-        ("47390.06", 47_390_060),
-        ("3209.839", 3_209_839),
-        ("1.0005", 1_001),
-        ("1.0004", 1_000),
-        ("7", 7000),
-    ],
-)
-def test_ms_to_us_is_exact(text: str, us: int) -> None:
-    assert ms_to_us(text) == us
-
-
-def test_ms_to_us_refuses_absurd() -> None:
-    with pytest.raises(ParseError):
-        ms_to_us(str(MAX_DURATION_US // 1000 + 1))
-
-
 START = "slot launch_slot_: id  0 | task {t} | processing task"
 STOP = "slot      release: id  0 | task {t} | stop processing: n_past = 505, truncated = 0"
 TOTAL_D = "slot print_timing: id  0 | task {t} |       total time =    4535.45 ms /   505 tokens"
@@ -461,7 +436,7 @@ def feed_records(lines: list[tuple[int, str]]) -> list[Record]:
             0,
             [(EventKind.STARTED, 1), ("error", 1, 0, 300)],
         ),
-        # another task's cancel line marks only that task
+        # another task's cancel line notes a reason for that task only
         (
             [
                 (0, START.format(t=1)),
@@ -610,7 +585,7 @@ def test_new_pid_is_a_restart_and_drops_the_block() -> None:
             (5000, "      total time =    4535.45 ms", 200),
         ]
     )
-    # (systemd's line says the server runs: its up state, from unknown; and a start-up mark)
+    # (systemd's line says the server runs: its up state, from unknown; and a start-up milestone)
     assert [(e.kind, e.pid) for e in events if e.kind is not EventKind.PHASE] == [
         (EventKind.STARTED, 100),
         (EventKind.SERVER_UP, 1),
@@ -639,7 +614,7 @@ def test_a_restart_on_a_garbled_line_forgets_the_old_servers_launches(
         line = LogLine("n0", T0 + t * 1000, "", pid, msg)
         (p.feed_all if compiled else p.feed_reference)((line,))
     assert p.pid == 200
-    assert p.state()["started"] == [[0, 2, T0 + 20_000]]
+    assert parser_state(p)["started"] == [[0, 2, T0 + 20_000]]
 
 
 def test_an_old_servers_waiting_stop_is_decided_in_its_own_context() -> None:
@@ -802,7 +777,7 @@ def test_the_last_server_saying_it_exits_is_the_server_down() -> None:
     )
     assert [(r.kind, r.time_us, r.slot) for r in out if isinstance(r, Event)] == [
         (EventKind.SLOTS, T0, 3),
-        (EventKind.PHASE, T0, None),  # (a start-up mark)
+        (EventKind.PHASE, T0, None),  # (a start-up milestone)
         (EventKind.SERVER_UP, T0, None),
         (EventKind.STARTED, T0 + 10, 0),
         (EventKind.ABORTED, T0 + 20, 0),
@@ -848,7 +823,7 @@ def test_a_parser_with_an_old_server_resumes_from_its_state() -> None:
     p = Parser("n0")
     p.feed(LogLine("n0", T0, "", 100, START.format(t=5)))
     p.feed(LogLine("n0", T0 + 10, "", 200, START.format(t=1).replace("id  0", "id  1")))
-    resumed = Parser.from_state("n0", json.loads(json.dumps(p.state())))
+    resumed = parser_of("n0", json.loads(json.dumps(parser_state(p))))
     assert resumed == p
     line = LogLine("n0", T0 + 20, "", 100, TIMED.format(t=5))
     assert resumed.feed(line) == p.feed(line)
@@ -863,7 +838,7 @@ def test_a_parser_state_that_does_not_fit_is_refused(broken: dict[str, object]) 
     p = Parser("n0")
     p.feed(LogLine("n0", T0, "", 100, START.format(t=5)))
     with pytest.raises((KeyError, TypeError, ValueError)):
-        Parser.from_state("n0", {**p.state(), **broken})
+        parser_of("n0", {**parser_state(p), **broken})
 
 
 def test_state_round_trip_mid_block() -> None:
@@ -878,7 +853,7 @@ def test_state_round_trip_mid_block() -> None:
     p = Parser("n0")
     for t, msg in lines:
         p.feed(LogLine("n0", T0 + t * 1000, "", 100, msg))
-    resumed = Parser.from_state("n0", p.state())
+    resumed = parser_of("n0", parser_state(p))
     assert resumed == p
     last = LogLine("n0", T0 + 20_000, "", 100, TOTAL_C)
     assert resumed.feed(last) == p.feed(last)
@@ -892,7 +867,7 @@ def test_stop_of_a_request_launched_before_reading_began_is_no_cancel() -> None:
 def test_started_survives_a_checkpoint() -> None:
     p = Parser("n0")
     p.feed(LogLine("n0", T0, "", 100, START.format(t=1)))
-    resumed = Parser.from_state("n0", p.state())
+    resumed = parser_of("n0", parser_state(p))
     resumed.feed(LogLine("n0", T0 + 10_000, "", 100, STOP.format(t=1)))
     (iv,) = resumed.flush(T0 + 2_000_000)
     assert isinstance(iv, Interval)
@@ -903,7 +878,7 @@ def test_a_cancel_line_survives_a_checkpoint_between_it_and_the_release() -> Non
     p = Parser("n0")
     p.feed(LogLine("n0", T0, "", 100, START.format(t=1)))
     p.feed(LogLine("n0", T0 + 5_000, "", 100, CANCEL.format(t=1)))
-    resumed = Parser.from_state("n0", json.loads(json.dumps(p.state())))
+    resumed = parser_of("n0", json.loads(json.dumps(parser_state(p))))
     assert resumed == p
     resumed.feed(LogLine("n0", T0 + 10_000, "", 100, STOP.format(t=1)))
     (iv,) = resumed.flush(T0 + 2_000_000)
@@ -916,12 +891,11 @@ def test_a_line_the_parser_fails_on_is_a_parse_error_and_the_state_rolls_back(
 ) -> None:
     """A defect (here: tokenizing one line raises) costs that line only: it is a parse error,
     and the state is as if the line had not come, the older server's context included."""
-    tokenize = parse.tokenize
 
-    def failing(msg: str) -> parse.Token | None:
+    def failing(msg: str) -> Token | None:
         if msg == TOTAL_C:
             raise RuntimeError("a defect")
-        return tokenize(msg)
+        return tokens.tokenize(msg)
 
     lines = [
         LogLine("n0", T0, "", 100, START.format(t=1)),
@@ -931,10 +905,10 @@ def test_a_line_the_parser_fails_on_is_a_parse_error_and_the_state_rolls_back(
     ]
     clean = Parser("n0")
     want = clean.feed_all((*lines[:2], lines[3]))
-    monkeypatch.setattr(parse, "tokenize", failing)
+    monkeypatch.setattr(parse, "tokenize", failing)  # (the tokenizer the parser calls)
     p = Parser("n0")
     got = p.feed_all(tuple(lines))
     errors = [r for r in got if isinstance(r, Event) and r.kind is EventKind.PARSE_ERROR]
     assert len(errors) == 1 and "internal error (RuntimeError: a defect)" in errors[0].detail
     assert [r for r in got if r not in errors] == want
-    assert p.state() == clean.state()
+    assert parser_state(p) == parser_state(clean)

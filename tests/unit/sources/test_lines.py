@@ -16,11 +16,12 @@ from exporter.base.kinds import DEFAULT_RULES, Kinds
 from exporter.base.records import LogLine
 from exporter.ingest import step as pipeline
 from exporter.parse.parser import Parser
-from exporter.sources.file import FileSource
+from exporter.sources.filereader import FileSource
 from exporter.sources.lines import MAX_LINE, Chunk, LineReader
 
 from support.dumps import LAUNCH, T0, TOTAL, report_of_dumps, short
 from support.line_dumps import as_json, workload
+from support.settings import default_settings
 
 KINDS = Kinds(DEFAULT_RULES)
 
@@ -150,7 +151,7 @@ def test_a_logline_whose_time_does_not_fit_is_a_parse_error_in_the_parser() -> N
 def daemon_errors(path: Path) -> tuple[int, int]:
     """Requests and parse errors as the daemon's reading path counts them in `path`."""
     src = FileSource("node0", path, since_us=0, chunk=4096)
-    acc = Accounting(["node0"], KINDS, origin_us=0)
+    acc = Accounting(["node0"], default_settings(KINDS), origin_us=0)
     parser = Parser("node0")
     while (batch := src.step()) is not None:
         pipeline.apply_batch(batch, parser, acc, T0)

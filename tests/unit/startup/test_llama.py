@@ -25,15 +25,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.accounting.accounting import Accounting, restore, state_of
+from exporter.accounting.accounting import Accounting
 from exporter.base.kinds import DEFAULT_RULES, Kinds
-from exporter.base.records import MARKS, Event, EventKind, Interval, LogLine
+from exporter.base.records import MILESTONES, Event, EventKind, Interval, LogLine
 from exporter.base.times import SECOND
-from exporter.parse.parser import Parser, clock
+from exporter.checkpoint.codec import restore, state_of
+from exporter.parse.parser import Parser
+from exporter.parse.prefix import clock
 from exporter.startup.llama import DONE, REPLACED, RUNNING, STOPPED, Startup, Tracker
 from exporter.startup.phases import Timeline
 
 from support.recorded import FIXTURES, RUNS, entries
+from support.settings import default_settings
 from support.startups import Done
 from support.tools import examples
 from support.vllm_timeline import load_seed, needs_seed
@@ -44,7 +47,7 @@ T0 = 1_790_000_000 * SECOND
 _PREFIX = re.compile(r"^(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) I srv +(.*)$")
 
 
-_SERVER = (  # (the line's words, its mark), in the order llama-server logs them
+_SERVER = (  # (the line's words, its milestone), in the order llama-server logs them
     ("llama_server: initializing", "initializing"),
     ("load_model: loading model", "loading"),
     ("load_model: initializing, n_slots = ", "slots"),
@@ -60,7 +63,7 @@ _DOWN = re.compile(r"(Stopping |Stopped |: Deactivated successfully|: Failed wit
 class Seen:
     pid: int
     start_us: int
-    marks: list[tuple[str, int, int]]  # (mark, journal time, prefix us)
+    milestones: list[tuple[str, int, int]]  # (milestone, journal time, prefix us)
     end: str = ""
     end_us: int = 0
 
@@ -83,23 +86,23 @@ def read_startups(run: str) -> list[Seen]:
             continue
         mins, secs, ms, us = (int(g) for g in m.groups()[:4])
         at = ((mins * 60 + secs) * 1000 + ms) * 1000 + us
-        mark = next((mk for words, mk in _SERVER if m.group(5).startswith(words)), None)
-        if mark is None:
+        milestone = next((mk for words, mk in _SERVER if m.group(5).startswith(words)), None)
+        if milestone is None:
             continue
         if current is None or current.pid != pid:
             current = Seen(pid, unit_start if unit_start is not None else t, [])
             unit_start = None
             out.append(current)
-        if not current.end and all(mk != mark for mk, _, _ in current.marks):
-            current.marks.append((mark, t, at))
-            if mark == "listening":
+        if not current.end and all(mk != milestone for mk, _, _ in current.milestones):
+            current.milestones.append((milestone, t, at))
+            if milestone == "listening":
                 current.end = DONE
     return out
 
 
 def placed(seen: Seen) -> list[tuple[str, int]]:
-    anchor = min(t - at for _, t, at in seen.marks)
-    return [(mark, anchor + at) for mark, _, at in seen.marks]
+    anchor = min(t - at for _, t, at in seen.milestones)
+    return [(milestone, anchor + at) for milestone, _, at in seen.milestones]
 
 
 def journal_lines(run: str, node: str = "n") -> list[LogLine]:
@@ -112,7 +115,9 @@ def journal_lines(run: str, node: str = "n") -> list[LogLine]:
 def tracked(lines: list[LogLine]) -> tuple[list[Startup], Accounting]:
     """The lines through a parser into an accounting: the start-ups that ended, in order."""
     ended: list[Startup] = []
-    acc = Accounting([lines[0].node], Kinds(DEFAULT_RULES), origin_us=T0, startups=ended)
+    acc = Accounting(
+        [lines[0].node], default_settings(Kinds(DEFAULT_RULES)), origin_us=T0, startups=ended
+    )
     parser = Parser(lines[0].node)
     acc.add_all(parser.feed_all(lines) + parser.flush(lines[-1].time_us + 60 * SECOND))
     return ended, acc
@@ -126,7 +131,7 @@ def test_recorded_start_ups_are_what_their_lines_say(run: str) -> None:
     assert [(s.pid, s.end) for s in got] == [(w.pid, w.end) for w in want]
     for s, w in zip(got, want, strict=True):
         assert s.start_us == w.start_us
-        server = [(m, t) for m, t in s.marks if m not in ("starting", "started")]
+        server = [(m, t) for m, t in s.milestones if m not in ("starting", "started")]
         assert server == placed(w)
         if w.end == DONE:
             assert s.end_us == placed(w)[-1][1]
@@ -258,7 +263,7 @@ def test_type_exec_started_after_the_first_line_and_a_late_started_line_start_no
         )
     )
     (s,) = got
-    assert s.start_us == T0 and [m for m, _ in s.marks][:2] == ["starting", "initializing"]
+    assert s.start_us == T0 and [m for m, _ in s.milestones][:2] == ["starting", "initializing"]
     # Type=simple with a fast server: `Started` can come after `listening on`; it is the same
     # start-up's (the unit began with `Starting`), no new one
     got, acc = tracked(
@@ -333,7 +338,7 @@ def test_start_ups_are_checkpointed() -> None:
     lines += lines_of(*server_lines(401 * SECOND, pid=PID + 1, upto=2))
     _, acc = tracked(lines)
     saved = json.loads(json.dumps(state_of(acc)))
-    again = Accounting(["n"], Kinds(DEFAULT_RULES), origin_us=T0)
+    again = Accounting(["n"], default_settings(Kinds(DEFAULT_RULES)), origin_us=T0)
     assert restore(again, saved) == []
     a, b = acc.snapshot().nodes[0], again.snapshot().nodes[0]
     assert (b.startup, b.starting_since_us, b.last_start_us) == (
@@ -348,11 +353,11 @@ def test_start_ups_are_checkpointed() -> None:
     parser = Parser("n", pid=PID + 1)
     again.add_all(parser.feed_all(lines_of(*server_lines(401 * SECOND, pid=PID + 1)[2:])))
     assert [(s.start_us, s.end) for s in ended] == [(T0 + 400 * SECOND, DONE)]
-    assert ended[0].marks[0][0] == "starting" and len(ended[0].marks) == 6
+    assert ended[0].milestones[0][0] == "starting" and len(ended[0].milestones) == 6
     # a saved start-up that does not fit is refused (the daemon then sets the checkpoint aside)
     saved["nodes"]["n"]["startups"]["last"][3] = "exploded"
     with pytest.raises(ValueError, match="start-up"):
-        restore(Accounting(["n"], Kinds(DEFAULT_RULES), origin_us=T0), saved)
+        restore(Accounting(["n"], default_settings(Kinds(DEFAULT_RULES)), origin_us=T0), saved)
 
 
 def test_a_prefix_is_read_as_the_server_logs_it() -> None:
@@ -369,7 +374,7 @@ def test_a_prefix_is_read_as_the_server_logs_it() -> None:
 EVENTS = st.lists(
     st.tuples(
         st.integers(0, 5 * SECOND),
-        st.sampled_from([*MARKS, "down", "bogus"]),
+        st.sampled_from([*MILESTONES, "down", "bogus"]),
         st.sampled_from([0, 1, 100, 200]),
         st.one_of(st.none(), st.integers(0, 2**40)),
     ),
@@ -379,18 +384,18 @@ EVENTS = st.lists(
 
 @settings(max_examples=examples(300), deadline=None)
 @given(EVENTS)
-def test_any_sequence_of_marks_makes_sound_start_ups_and_survives_a_checkpoint(
+def test_any_sequence_of_milestones_makes_sound_start_ups_and_survives_a_checkpoint(
     items: list[tuple[int, str, int, int | None]],
 ) -> None:
     tracker = Tracker("n")
     t = T0
     ended: list[Startup] = []
-    for gap, mark, pid, prefix in items:
+    for gap, milestone, pid, prefix in items:
         t += gap
-        if mark == "down":
+        if milestone == "down":
             ev = Event("n", t, EventKind.SERVER_DOWN, 1)
         else:
-            ev = Event("n", t, EventKind.PHASE, pid, None, prefix, mark)
+            ev = Event("n", t, EventKind.PHASE, pid, None, prefix, milestone)
         done = tracker.add(ev)
         if done is not None:
             ended.append(done)
@@ -399,7 +404,7 @@ def test_any_sequence_of_marks_makes_sound_start_ups_and_survives_a_checkpoint(
         tracker = again
     still = tracker.in_progress()
     for s in [*ended, *([still] if still is not None else [])]:
-        times = [s.start_us, *(at for _, at in s.marks), s.end_us]
+        times = [s.start_us, *(at for _, at in s.milestones), s.end_us]
         assert times == sorted(times), s
         assert s.end in (DONE, STOPPED, REPLACED, RUNNING)
         assert sum(end - start for _, start, end in s.phases()) == s.end_us - s.start_us

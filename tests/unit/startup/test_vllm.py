@@ -38,6 +38,7 @@ from exporter.startup.vllm import (
 )
 
 from support.cli import Cli
+from support.settings import default_settings
 from support.tools import examples
 from support.vllm_timeline import (
     BAD_JSON,
@@ -485,7 +486,7 @@ def test_a_surrogate_or_a_time_beyond_any_span_neither_breaks_a_table_nor_a_scra
         f"{run / 'worker_9.jsonl'}:2: start is no time: -1e+308 s (the seed takes it)",
     )
     loaded.timeline.table().encode()
-    acc = Accounting(["n"], Kinds(DEFAULT_RULES), origin_us=0)
+    acc = Accounting(["n"], default_settings(Kinds(DEFAULT_RULES)), origin_us=0)
     acc.init_timelines["omni"] = Figures.of("omni", loaded.timeline, loaded.skipped, 1.5, 3.0)
     text = Renderer("1").text(acc.snapshot())
     assert 'smllm_init_phase_seconds{node="omni",phase="?x",role="?",stage="0"} 1.0' in text
@@ -493,50 +494,3 @@ def test_a_surrogate_or_a_time_beyond_any_span_neither_breaks_a_table_nor_a_scra
     dump.write_text('{"schema": 1, "t0": -1e308, "t_end": 1e308, "phases": []}')
     with pytest.raises(InitTimelineError, match="t0 is not a finite number"):
         load([dump])
-
-
-def test_a_node_shows_at_most_its_series_and_with_a_dump_only_its_start_up() -> None:
-    from exporter.startup.phases import MAX_SERIES, Figures, Phase, Timeline
-
-    many = [Phase(f"p{i}", 10.0 + i, 11.0 + i, 0, pid=7, role="worker") for i in range(600)]
-    f = Figures.of("omni", Timeline.of(10.0, 700.0, many), ["a:1: bad"], 1.5, 0.0)
-    assert len(f.phases) == MAX_SERIES and f.skipped == 1 + 600 - MAX_SERIES
-    assert f.named == ("a:1: bad",)
-    older = Phase("load", 1.0, 5.0, 0, pid=6, role="worker")  # (a run before this dump's)
-    t = Timeline.of(10.0, 20.0, [older, many[0]])
-    assert [p.name for p in t.from_t0().phases] == ["p0"]
-
-
-def test_the_watcher_reads_again_after_a_failed_read_though_nothing_changed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import asyncio
-
-    from exporter.config.config import InitTimelineNode
-    from exporter.startup import vllmwatch as initwatch
-    from exporter.startup.phases import Figures
-
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "worker_1.jsonl").write_text('{"name": "a", "start": 1.0, "end": 2.0}\n')
-    real, calls = initwatch.read, []
-
-    def flaky(node: InitTimelineNode) -> object:
-        calls.append(node.name)
-        return "EMFILE, once" if len(calls) == 1 else real(node)
-
-    monkeypatch.setattr(initwatch, "read", flaky)
-    seen: list[Figures] = []
-
-    async def main() -> None:
-        node = InitTimelineNode("omni", run, None, 0.1)
-        task = asyncio.create_task(initwatch.watch(node, seen.append, lambda: 5.0))
-        try:
-            async with asyncio.timeout(10):
-                while not any(f.up for f in seen):
-                    await asyncio.sleep(0.02)
-        finally:
-            task.cancel()
-
-    asyncio.run(main())
-    assert [f.up for f in seen[:2]] == [False, True] and seen[0].error == "EMFILE, once"

@@ -16,13 +16,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from exporter.accounting.accounting import SECOND, Accounting
+from exporter.accounting.accounting import Accounting
 from exporter.accounting.lanes import BINS, MAX_RECTS, RING_SIZE, Recent
 from exporter.base.records import Event, EventKind, Interval
-from exporter.report import window as report
+from exporter.base.times import SECOND
+from exporter.report import text as report_text
 from exporter.web import pages
 
 from support.dom import parse, request_rects, self_contained_problems
+from support.settings import default_settings
 from support.workload import (
     KINDS,
     NODES,
@@ -61,7 +63,7 @@ def test_the_report_draws_every_request_of_the_window() -> None:
     assert not page.find("rect", "bin") and not page.find("rect", "in-flight")
     # the seed's tables, exactly
     (pre,) = page.find("pre")
-    assert pre.text == report.to_text(r)
+    assert pre.text == report_text.to_text(r)
     # the strip, the histogram (a bar per number of nodes) and the mix
     steps = page.in_group("rect", "concurrency")
     assert steps and {float(e.attrs["data-nodes"]) for e in steps} <= {1.0, 2.0, 3.0}
@@ -82,8 +84,8 @@ def test_a_report_without_its_timeline_prints_the_same_and_draws_nothing() -> No
     bare = report_of(reqs, NODES, since, until, timeline=False)
     assert full.timeline is not None and full.timeline.requests() > 0
     assert bare.timeline is None
-    assert report.to_text(bare) == report.to_text(full)
-    assert report.render(bare, "json") == report.render(full, "json")
+    assert report_text.to_text(bare) == report_text.to_text(full)
+    assert report_text.render(bare, "json") == report_text.render(full, "json")
     with pytest.raises(ValueError, match="timeline"):
         pages.report_html(bare)
 
@@ -179,7 +181,7 @@ def status_view(
     ]
     recent = Recent(nodes)
     recent.add_all(ivs)
-    acc = Accounting(nodes, KINDS, origin_us=now_us - 7200 * SECOND)
+    acc = Accounting(nodes, default_settings(KINDS), origin_us=now_us - 7200 * SECOND)
     acc.add_all(ivs)
     for node, starts in in_flight.items():
         for i, s in enumerate(starts):

@@ -1,5 +1,6 @@
-"""Issue 27, router mode: an instance's first start is no restart, and a router whose instance
-exited holds the cluster figures no further back than any idle node that logs launch lines.
+"""Router mode: the router's own lines read, an instance's first start no restart, and a router
+whose instance exited holding the cluster figures no further back than any idle node that logs
+launch lines.
 
 The router's lines go through its parser and the accounting as the daemon's ingest step takes
 them (`apply_batch`), from a real llama-server router's recorded journal and from lines made
@@ -7,14 +8,24 @@ here in its words."""
 
 from __future__ import annotations
 
-from exporter.accounting.accounting import SECOND, Accounting
+from exporter.accounting.accounting import Accounting
 from exporter.base.kinds import DEFAULT_RULES, Kinds
 from exporter.base.records import Batch, Event, EventKind, LogLine
+from exporter.base.times import SECOND
 from exporter.ingest.step import apply_batch
 from exporter.parse.parser import Parser
+from exporter.parse.router import (
+    MAX_MODEL_NAME,
+    OTHER_MODELS,
+    model_name,
+    read_exit,
+    read_routed,
+    read_spawn,
+)
 
 from support.dumps import dump_lines
 from support.recorded import FIXTURES, entries
+from support.settings import default_settings
 
 KINDS = Kinds(DEFAULT_RULES)
 NODE = "router"
@@ -54,7 +65,7 @@ def release(slot: int, task: int) -> str:
 def through(lines: list[LogLine], origin_us: int) -> tuple[Accounting, int]:
     """The lines as one caught-up batch (the exporter's now: IDLE after the last), then a tick
     at that now; the accounting and that now."""
-    parser, acc = Parser(NODE), Accounting([NODE], KINDS, origin_us=origin_us)
+    parser, acc = Parser(NODE), Accounting([NODE], default_settings(KINDS), origin_us=origin_us)
     now = lines[-1].time_us + IDLE
     batch = Batch(NODE, tuple(lines), len(lines), lines[-1].time_us, caught_up=True)
     apply_batch(batch, parser, acc, now)
@@ -79,6 +90,31 @@ def served(port: int, task: int) -> tuple[str, ...]:
 
 def restarts(acc: Accounting) -> int:
     return acc.nodes[NODE].restarts
+
+
+def test_a_routed_line_is_its_port_and_the_instances_line() -> None:
+    assert read_routed("[42013] 0.00.021.921 I slot launch_slot_: id  2") == (
+        42013,
+        "0.00.021.921 I slot launch_slot_: id  2",
+    )
+    assert read_routed("[ 8081] a\nb") == (8081, "a\nb")
+    assert read_routed("[123456] too long a port") is None
+    assert read_routed("srv  load: no port") is None
+
+
+def test_spawn_and_exit_lines_name_the_model_and_port_or_status() -> None:
+    assert read_spawn(spawn("tiny-a", 42013)) == ("tiny-a", 42013)
+    assert read_spawn(spawn("a on port 1", 2)) == ("a on port 1", 2)  # (the last one counts)
+    assert read_spawn("spawning server instance with name=x on port 123456") is None
+    assert read_exit("srv  run: instance name=tiny-a exited with status 0") == ("tiny-a", "0")
+    assert read_exit("srv  run: instance name=b exited with status -9") == ("b", "-9")
+    assert read_exit("srv  run: instance name=c exited with status nine") is None
+
+
+def test_a_model_name_is_bounded_and_never_one_of_the_exporters_own() -> None:
+    assert model_name("m" * (MAX_MODEL_NAME + 5)) == "m" * MAX_MODEL_NAME
+    assert model_name(OTHER_MODELS) == "_" + OTHER_MODELS
+    assert model_name("__:1") == "___:1" and model_name("a:b") == "a:b"
 
 
 def test_a_router_that_started_two_instances_once_each_and_stopped_restarted_nothing() -> None:
@@ -159,7 +195,7 @@ def test_after_an_instance_starts_again_the_figures_follow_the_idle_router() -> 
 def test_the_routers_own_restart_still_forgets_its_launch_lines() -> None:
     """(A guard: a new router PID may be a build that logs none: until it logs one, its node
     is one whose requests may be unseen for max_request_seconds.)"""
-    acc = Accounting([NODE], KINDS, origin_us=T0)
+    acc = Accounting([NODE], default_settings(KINDS), origin_us=T0)
     acc.add(Event(NODE, T0, EventKind.STARTED, PID, 0, 1, model="tiny-a"))
     acc.add(Event(NODE, T0, EventKind.RESTART, PID, model="tiny-a"))
     assert acc.nodes[NODE].start_lines

@@ -19,9 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.base.records import Batch, Event, EventKind, Interval, LogLine, Record
-from exporter.parse.parser import KEYWORDS, Parser, classify
+from exporter.parse.parser import Parser
+from exporter.parse.tokens import KEYWORDS, classify
 from exporter.sources.entries import EntryDecoder
-from exporter.sources.file import BACKLOG_READS, CHUNK, FilePosition, FileSource
+from exporter.sources.file import FilePosition
+from exporter.sources.filereader import BACKLOG_READS, CHUNK, FileSource
 from exporter.sources.lines import find_lines
 
 from support.fifos import fifo_writer, unblock
@@ -546,7 +548,7 @@ def test_filtered_lines_parse_like_every_line(tmp_path: Path, form: str, chunk: 
         {
             (EventKind.SERVER_UP, None): 1,
             (EventKind.SLOTS, None): 1,
-            (EventKind.PHASE, None): 2,  # (start-up marks: no prefix, no clock in `task`)
+            (EventKind.PHASE, None): 2,  # (start-up milestones: no prefix, no clock in `task`)
             (EventKind.STARTED, 36): 1,
             (EventKind.STARTED, 37): 1,
             (EventKind.STARTED, 38): 1,

@@ -1,0 +1,537 @@
+"""The checkpoint's content: a versioned schema, migrations from every version written, one check.
+
+What a checkpoint holds (docs/design.md, "Checkpoints"): the accounting's numbers (`state_of`,
+`restore`), each node's parser (`parser_state`, `parser_of`), each node's position and the kind
+of source it is of, the count of failed writes and when it was written. `state` gathers them,
+`encode` writes them as JSON under `"format": VERSION`; `load` reads a file back through
+`upgrade` (an older version migrated, step by step, to this one) and `check` (every field
+against SCHEMA: a value of another type, a negative counter or a time the exporter cannot
+represent is refused, naming where it is). `store.py` keeps the file (atomic writes, the lock).
+
+Versions: 1 to 8 were all written as `"format": 1`, before the version was kept; `written_as`
+tells them apart by the keys each added (the commits that wrote them are named at each
+migration; tests/testdata/checkpoints/ holds one of each, made by the code of its commit).
+From 9 on, the version is the file's `format`.
+
+Restoring takes the checkpoint into an accounting built from today's config: nodes added or
+removed, kinds or duration buckets changed are taken up (and said, for the log); the start-up
+tracker's own fields are checked as it reads them (`Tracker.from_state`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from operator import attrgetter
+from typing import Any
+
+from exporter.accounting.accounting import Accounting
+from exporter.accounting.figures import model_figures
+from exporter.base.records import CANCELLED, ERROR_REASON, REASONS
+from exporter.base.times import fits
+from exporter.checkpoint.shapes import (
+    FLAG,
+    INT,
+    TEXT,
+    Check,
+    by_length,
+    int_in,
+    list_of,
+    map_of,
+    one_of,
+    optional,
+    record,
+    refusal,
+    row,
+)
+from exporter.checkpoint.store import Checkpoint, CheckpointError
+from exporter.parse.context import NO_BLOCK, Block, ServerContext
+from exporter.parse.contract import BLOCK_FIELDS
+from exporter.parse.parser import MAX_INSTANCES, SPAWNED, Parser
+from exporter.startup.llama import Tracker
+
+VERSION = 9
+UNVERSIONED = 1  # the `format` versions 1 to 8 were written under
+MAX_COUNT = 2**63 - 1  # (what the compiled sweep and the renderer hold)
+
+# A node's counters as saved, in this order (newest_us and last_end_us are times, the second
+# None before the node's first request: see NODE).
+NODE_COUNTERS = (
+    "newest_us",
+    "busy_us",
+    "slot_busy_us",
+    "last_end_us",
+    "entries",
+    "aborted",
+    "restarts",
+    "parse_errors",
+    "late",
+    "reconnects",
+    "gaps",
+)
+# A kind's counters as saved: these, then the buckets (a list), then the histogram's sum.
+KIND_COUNTERS = (
+    "requests",
+    "request_us",
+    "tokens",
+    "prompt_tokens",
+    "generated_tokens",
+    "prompt_us",
+    "generation_us",
+)
+BUCKETS_AT, HISTOGRAM_AT = len(KIND_COUNTERS), len(KIND_COUNTERS) + 1
+_node_counters = attrgetter(*NODE_COUNTERS)
+_kind_counters = attrgetter(*KIND_COUNTERS)
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def state(
+    acc: Accounting,
+    parsers: Mapping[str, Parser],
+    positions: Mapping[str, str],
+    sources: Mapping[str, str],
+    checkpoint_errors: int,
+    written_at_us: int,
+) -> dict[str, Any]:
+    """Everything a daemon resumes from, as fresh JSON-ready values: nothing in it is shared
+    with what goes on changing, so it can be encoded in a worker thread. `sources`: the kind
+    of source each position is of."""
+    return {
+        "accounting": state_of(acc),
+        "parsers": {n: parser_state(p) for n, p in parsers.items()},
+        "positions": dict(positions),
+        "sources": dict(sources),
+        "checkpoint_errors": checkpoint_errors,
+        "written_at_us": written_at_us,
+    }
+
+
+def encode(values: Mapping[str, Any]) -> bytes:
+    """The checkpoint file's bytes: `values` under this version's `format`."""
+    return json.dumps({"format": VERSION, **values}, separators=(",", ":")).encode()
+
+
+def state_of(acc: Accounting) -> dict[str, Any]:
+    """Every number `acc` holds (not what its sources are doing now), as JSON-ready values,
+    fresh: nothing in them changes with `acc` after (they may be encoded in another thread)."""
+    kinds_by_bit = {1 << i: k for i, k in enumerate(sorted(acc.kind_names))}
+    kinds_by_bit[0] = ""  # (an occupancy without timing)
+    return {
+        "origin_us": acc.origin_us,
+        "watermark_us": acc.watermark_us,
+        "kinds": [[r.name, r.min_tokens, r.max_tokens] for r in acc.kinds.rules],
+        "buckets_us": list(acc.buckets_us),
+        "concurrency_us": list(acc.concurrency_us),
+        "mix_us": dict(acc.mix_us),
+        "pending": [[s, e, acc.node_names[n], kinds_by_bit[bit]] for s, e, n, bit in acc.pending],
+        "nodes": {
+            name: {
+                **dict(zip(NODE_COUNTERS, _node_counters(ns), strict=True)),
+                "start_lines": ns.start_lines,
+                "in_flight": [[*key, t] for key, t in ns.in_flight.items()],
+                "untimed": {r: list(v) for r, v in ns.untimed.items()},
+                "slots": ns.slots,
+                "server_up": ns.server_up,
+                "models": {m: list(v) for m, v in ns.models.items()},
+                "startups": ns.startups.state(),
+                "kinds": {
+                    k: [*_kind_counters(c), list(c.buckets), c.histogram_us]
+                    for k, c in ns.kinds.items()
+                },
+            }
+            for name, ns in acc.nodes.items()
+        },
+    }
+
+
+def parser_state(p: Parser) -> dict[str, Any]:
+    """Everything a parser needs to resume mid-block, as JSON-ready values: the context of the
+    PID logging now, its older PIDs' and its router's instances' (each a parser state)."""
+    return {
+        "pid": p.pid,
+        **_context_state(p),
+        "n_slots": p.n_slots,
+        "up": p.up,
+        "newest_pid": p.newest_pid,
+        "newest_since_us": p.newest_since_us,
+        "second": p.second,
+        "last_us": p.last_us,
+        "others": [
+            [pid, s.since_us, _context_state(s), s.n_slots, s.second] for pid, s in p.others.items()
+        ],
+        "seen": list(p.seen),
+        "instances": [[port, sub.model, parser_state(sub)] for port, sub in p.instances.items()],
+        "spawned": [[name, status] for name, status in p.spawned.items()],
+    }
+
+
+def _context_state(s: Parser | ServerContext) -> dict[str, Any]:
+    """A PID's context (a parser's own holds the one logging now)."""
+    b = s.block
+    return {
+        "block": [getattr(b, f) for f in BLOCK_FIELDS],  # (in the order Block takes them)
+        "pending_stops": [[slot, t, at] for (slot, t), at in s.pending_stops.items()],
+        "last_timed": [[slot, t] for slot, t in s.last_timed.items()],
+        "started": [[slot, t, at] for (slot, t), at in s.started.items()],
+        "marks": [[t, reason] for t, reason in s.task_reasons.items()],  # (the task reasons)
+        "children": [[slot, t] for slot, t in s.children],
+    }
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def load(store: Checkpoint) -> dict[str, Any] | None:
+    """The checkpoint `store` holds, at this version and checked; None when there is none;
+    CheckpointError (naming the file and why) when it is unusable."""
+    saved = store.load()
+    if saved is None:
+        return None
+    try:
+        current = upgrade(saved)
+        check(SCHEMA, current, "")
+    except CheckpointError as e:
+        raise CheckpointError(f"{store.path}: {e}") from None
+    except ValueError as e:  # (a field the schema refuses: it names it)
+        raise CheckpointError(f"{store.path}: does not fit ({e})") from None
+    except Exception as e:  # any other misfit of an older version's structure: refused
+        raise CheckpointError(f"{store.path}: does not fit ({type(e).__name__}: {e})") from None
+    return current
+
+
+def restore(acc: Accounting, saved: dict[str, Any]) -> list[str]:
+    """Put a checkpointed accounting state back into a fresh `acc` built from today's config;
+    returns what changed since (nodes added or dropped, kinds or buckets changed), for the log.
+    ValueError (naming the field) on a state that does not fit."""
+    check(ACCOUNTING, saved, "accounting")
+    notes: list[str] = []
+    same_kinds = saved["kinds"] == [[r.name, r.min_tokens, r.max_tokens] for r in acc.kinds.rules]
+    same_buckets = saved["buckets_us"] == list(acc.buckets_us)
+    if not same_kinds:
+        notes.append("the kinds changed: per-kind and mix counters start again from 0")
+    elif not same_buckets:
+        notes.append(
+            "duration_buckets changed: the duration histograms (buckets, count and sum) start "
+            "again from 0"
+        )
+    acc.origin_us, acc.watermark_us = saved["origin_us"], saved["watermark_us"]
+    saved_conc = list(saved["concurrency_us"])
+    acc.concurrency_us = (saved_conc + [0] * len(acc.concurrency_us))[: len(acc.concurrency_us)]
+    if len(saved_conc) != len(acc.concurrency_us):
+        notes.append(
+            f"the number of nodes changed from {len(saved_conc) - 1} to "
+            f"{len(acc.concurrency_us) - 1}"
+        )
+    if same_kinds:
+        acc.mix_us.update({k: v for k, v in saved["mix_us"].items() if k in acc.mix_us})
+    for name, node in saved["nodes"].items():
+        if name not in acc.nodes:
+            notes.append(f"node {name} is no longer configured: its counters are dropped")
+            continue
+        _restore_node(acc, name, node, same_kinds, same_buckets)
+    for name in acc.nodes.keys() - saved["nodes"].keys():
+        notes.append(f"node {name} is new: it starts at `since`")
+    acc.drop_copies()
+    catch_all = acc.kind_index[acc.kinds.classify(None)]
+    for s, e, name, kind in saved["pending"]:
+        if name in acc.nodes:
+            bit = 0 if kind == "" else 1 << acc.kind_index.get(kind, catch_all)
+            acc.pending.append((s, e, acc.node_index[name], bit))
+    return notes
+
+
+def _restore_node(
+    acc: Accounting, name: str, saved: dict[str, Any], same_kinds: bool, same_buckets: bool
+) -> None:
+    """One node's saved figures into `acc` (checked already): its per-kind counters unless the
+    kinds changed, their histograms unless the buckets did too (those start from 0)."""
+    ns = acc.nodes[name]
+    for f in NODE_COUNTERS:
+        setattr(ns, f, saved[f])
+    ns.end_in_line_us = ns.last_end_us
+    ns.start_lines = saved["start_lines"]
+    ns.in_flight = {tuple(key): at for *key, at in saved["in_flight"]}
+    for reason, figures in saved["untimed"].items():
+        if reason in ns.untimed:
+            ns.untimed[reason] = list(figures)
+    ns.slots, up = saved["slots"], saved["server_up"]
+    ns.server_up = None if up is None else int(bool(up))
+    ns.startups = Tracker.from_state(name, saved["startups"])
+    for model, values in saved["models"].items():
+        figures = model_figures(ns.models, model)
+        for i, v in enumerate(values):
+            figures[i] += v
+    if not same_kinds:
+        return
+    for k, values in saved["kinds"].items():
+        c = ns.kinds[k]
+        for f, v in zip(KIND_COUNTERS, values, strict=False):
+            setattr(c, f, v)
+        if same_buckets:
+            c.buckets, c.histogram_us = list(values[BUCKETS_AT]), values[HISTOGRAM_AT]
+
+
+def parser_of(node: str, saved: dict[str, Any]) -> Parser:
+    """The parser `parser_state` saved (the configured `slots` and `gone_us` are the caller's
+    to set); ValueError (naming the field) on a state that does not fit."""
+    check(PARSER, saved, f"parsers.{node}")
+    return _built(node, saved)
+
+
+def _built(node: str, saved: dict[str, Any]) -> Parser:
+    """The parser of a checked state (at most MAX_INSTANCES instances, the last SPAWNED models)."""
+    p = Parser(node, pid=saved["pid"])
+    _take_context(p, saved)
+    p.up, p.n_slots, p.second = saved["up"], saved["n_slots"], saved["second"]
+    p.newest_pid, p.newest_since_us, p.last_us = (
+        saved["newest_pid"],
+        saved["newest_since_us"],
+        saved["last_us"],
+    )
+    for pid, since_us, context, n_slots, second in saved["others"]:
+        other = ServerContext(NO_BLOCK, {}, {}, {}, n_slots, since_us, second)
+        _take_context(other, context)
+        p.others[pid] = other
+    p.seen = dict.fromkeys(saved["seen"])
+    for port, model, sub in saved["instances"][:MAX_INSTANCES]:
+        instance = p.instances[port] = _built(node, sub)
+        instance.model = model
+    p.spawned = dict(saved["spawned"][-SPAWNED:])  # ([name, status] pairs)
+    return p
+
+
+def _take_context(s: Parser | ServerContext, saved: dict[str, Any]) -> None:
+    """A saved context (checked) into a parser or an older PID's context."""
+    fields = saved["block"]
+    s.block = Block(*fields) if any(v is not None for v in fields) else NO_BLOCK
+    s.pending_stops = {(slot, t): at for slot, t, at in saved["pending_stops"]}
+    s.last_timed = dict(saved["last_timed"])  # ([slot, task] pairs)
+    s.started = {(slot, t): at for slot, t, at in saved["started"]}
+    s.task_reasons = dict(saved["marks"])  # ([task, reason] pairs)
+    s.children = dict.fromkeys((slot, t) for slot, t in saved["children"])
+
+
+# -- versions -----------------------------------------------------------------------------------
+
+
+def written_as(saved: Mapping[str, Any]) -> int:
+    """The version of a checkpoint, told by its `format` (9 on) or, for one written as
+    `"format": 1`, by the keys each later version added (CheckpointError for any other)."""
+    found = saved.get("format")
+    if type(found) is int and found == VERSION:
+        return VERSION
+    if type(found) is not int or found != UNVERSIONED:
+        raise CheckpointError(
+            f"checkpoint format {found!r}, this version reads format {VERSION} (and the "
+            f"checkpoints written as format {UNVERSIONED} before it)"
+        )
+    if "sources" in saved:
+        return 8
+    nodes = _each(saved, "accounting", "nodes")
+    parsers = _each(saved, "parsers")
+    for version, found_in in (
+        (7, any("startups" in n for n in nodes)),
+        (6, any("untimed" in n for n in nodes) or any("up" in p for p in parsers)),
+        (5, any("newest_since_us" in p for p in parsers)),
+        (4, any("seen" in p for p in parsers)),
+        (3, any(len(k) > HISTOGRAM_AT for n in nodes for k in _each(n, "kinds"))),
+        (2, any("started" in p for p in parsers)),
+    ):
+        if found_in:
+            return version
+    return 1
+
+
+def _each(d: Mapping[str, Any], *path: str) -> list[Any]:
+    """The values of the object at `path` in `d` ([] where there is none)."""
+    for key in path:
+        d = d.get(key) if isinstance(d, dict) else None  # type: ignore[assignment]
+    return list(d.values()) if isinstance(d, dict) else []
+
+
+def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
+    """`saved` (a checkpoint of any version written) migrated to this version, step by step;
+    KeyError, TypeError or ValueError when it is not what its version wrote."""
+    version = written_as(saved)
+    for step in MIGRATIONS[version - 1 :]:
+        step(saved)
+    saved["format"] = VERSION
+    return saved
+
+
+def _parsers(saved: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every parser state of a checkpoint: each node's, and its model instances' (router mode)."""
+    out: list[dict[str, Any]] = []
+    todo = list(saved["parsers"].values())
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += [sub for _, _, sub in p.get("instances", [])]
+    return out
+
+
+def _nodes(saved: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(saved["accounting"]["nodes"].values())
+
+
+def _to_2(saved: dict[str, Any]) -> None:
+    """dc54f56: each parser keeps its launched tasks."""
+    for p in _parsers(saved):
+        p["started"] = []
+
+
+def _to_3(saved: dict[str, Any]) -> None:
+    """64d2778: each kind's histogram keeps its own sum (it held every request until then)."""
+    for node in _nodes(saved):
+        for values in node["kinds"].values():
+            values.append(values[KIND_COUNTERS.index("request_us")])
+
+
+def _to_4(saved: dict[str, Any]) -> None:
+    """776c14c: each parser tells its PIDs apart (the older ones that may still log) and keeps
+    the slot count its server logged."""
+    for p in _parsers(saved):
+        pid = p["pid"]
+        p.update(n_slots=0, newest_pid=pid, last_us=0, others=[], seen=[pid] if pid else [])
+
+
+def _to_5(saved: dict[str, Any]) -> None:
+    """3a416a7: a PID that logs well after the newest began is a second server; each older
+    PID keeps its own slot count."""
+    for p in _parsers(saved):
+        p.update(newest_since_us=0, second=False)
+        p["others"] = [[*other, 0, False] for other in p["others"]]
+
+
+def _to_6(saved: dict[str, Any]) -> None:
+    """25dc302: every occupancy an interval: untimed reasons (the cancels counted before are
+    `cancelled`, of no seconds), slot-busy time, slots, the server's state, router mode."""
+    for node in _nodes(saved):
+        untimed = {reason: [0, 0] for reason in REASONS}
+        untimed[CANCELLED][0] = node.pop("cancelled")
+        node.update(untimed=untimed, slot_busy_us=0, slots=None, server_up=None, models={})
+    for p in _parsers(saved):
+        p.update(up=-1, marks=[], children=[], instances=[])
+        for _, _, context, _, _ in p["others"]:
+            context.update(marks=[], children=[])
+
+
+def _to_7(saved: dict[str, Any]) -> None:
+    """96d10f9: each node's llama-server start-ups."""
+    for node in _nodes(saved):
+        node["startups"] = {"last": None, "current": None, "last_pid": 0, "started_due": False}
+
+
+def _to_8(saved: dict[str, Any]) -> None:
+    """e9421ea: each position's kind of source (none known: each node's configured kind), and
+    the model instances each router started (those that run)."""
+    saved["sources"] = {}
+    for p in _parsers(saved):
+        p["spawned"] = [[model, ""] for _, model, _ in p["instances"]]
+
+
+def _to_9(saved: dict[str, Any]) -> None:
+    """The version kept in `format` (the content is version 8's)."""
+
+
+MIGRATIONS: tuple[Callable[[dict[str, Any]], None], ...] = (
+    _to_2,
+    _to_3,
+    _to_4,
+    _to_5,
+    _to_6,
+    _to_7,
+    _to_8,
+    _to_9,
+)
+
+# -- the schema ---------------------------------------------------------------------------------
+
+
+def check(what: Check, value: Any, where: str) -> None:
+    """`value` (at `where`) against `what`; ValueError naming the first field that does not fit."""
+    what(value, where)
+
+
+def _time(value: Any, where: str) -> None:
+    if type(value) is not int or not fits(value):
+        raise refusal(value, where, "not a time the exporter can represent")
+
+
+def _by_tracker(value: Any, where: str) -> None:
+    """(A start-up tracker's field: `Tracker.from_state` checks it as it reads it.)"""
+
+
+COUNT = int_in(0, MAX_COUNT, "not a counter")
+_KIND = row(*[COUNT] * len(KIND_COUNTERS), list_of(COUNT), COUNT)
+_STARTUPS = record(dict.fromkeys(("last", "current", "last_pid", "started_due"), _by_tracker))
+NODE = record(
+    {
+        **dict.fromkeys(NODE_COUNTERS, COUNT),
+        "newest_us": _time,
+        "last_end_us": optional(_time),
+        "start_lines": FLAG,
+        # (slot, task, launched) or, of a router's model instance, (slot, task, model, launched)
+        "in_flight": list_of(by_length({3: row(INT, INT, _time), 4: row(INT, INT, TEXT, _time)})),
+        "untimed": map_of(row(COUNT, COUNT)),
+        "slots": optional(COUNT),
+        "server_up": optional(COUNT),
+        "models": map_of(row(COUNT, COUNT, COUNT)),
+        "startups": _STARTUPS,  # (its fields: Tracker.from_state's)
+        "kinds": map_of(_KIND),
+    }
+)
+ACCOUNTING = record(
+    {
+        "origin_us": _time,
+        "watermark_us": _time,
+        "kinds": list_of(row(TEXT, optional(INT), optional(INT))),
+        "buckets_us": list_of(INT),
+        "concurrency_us": list_of(COUNT),
+        "mix_us": map_of(COUNT),
+        "pending": list_of(row(_time, _time, TEXT, TEXT)),
+        "nodes": map_of(NODE),
+    }
+)
+_CONTEXT = {
+    "block": row(*[optional(INT)] * len(BLOCK_FIELDS)),
+    "pending_stops": list_of(row(INT, INT, INT)),
+    "last_timed": list_of(row(INT, INT)),
+    "started": list_of(row(INT, INT, INT)),
+    "marks": list_of(row(INT, one_of(CANCELLED, ERROR_REASON))),
+    "children": list_of(row(INT, INT)),
+}
+
+
+def _instance(value: Any, where: str) -> None:  # (recursive: a router's instances are parsers)
+    PARSER(value, where)
+
+
+PARSER = record(
+    {
+        "pid": INT,
+        **_CONTEXT,
+        "n_slots": INT,
+        "up": one_of(-1, 0, 1),
+        "newest_pid": INT,
+        "newest_since_us": INT,
+        "second": FLAG,
+        "last_us": INT,
+        "others": list_of(row(INT, INT, record(_CONTEXT), INT, FLAG)),
+        "seen": list_of(INT),
+        "instances": list_of(row(INT, TEXT, _instance)),
+        "spawned": list_of(row(TEXT, TEXT)),
+    }
+)
+SCHEMA = record(
+    {
+        "format": one_of(VERSION),
+        "accounting": ACCOUNTING,
+        "parsers": map_of(PARSER),
+        "positions": map_of(TEXT),
+        "sources": map_of(TEXT),
+        "checkpoint_errors": COUNT,
+        "written_at_us": INT,
+    }
+)

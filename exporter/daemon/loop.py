@@ -1,0 +1,127 @@
+"""The ingest loop: batches applied, the watermark ticked, checkpoint-then-publish started when due.
+
+Each turn applies what the sources queued (for at most `TURN_BUDGET_S`, so that every source
+keeps polling), ticks every `tick_seconds` (every `TICK_BUSY_S` while batches come), feeds the
+watchdog, begins a reload asked for, and at most once a `publish_seconds` starts a task that
+checkpoints and then publishes (one at a time, beside the loop). Ticks and publishes run by the
+monotonic clock: a wall clock stepped back an hour must not hold them for an hour. Cancelled,
+it writes a last checkpoint of everything applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from contextlib import suppress
+
+from exporter.base.records import Batch
+from exporter.config.schema import Config
+from exporter.daemon.apply import Applier
+from exporter.daemon.core import Core
+from exporter.daemon.notify import Notifier
+from exporter.daemon.publish import Publisher
+from exporter.daemon.reload import Reloads
+
+TURN_BUDGET_S = 0.2  # batches applied per ingest turn, at most this long
+TICK_BUSY_S = 0.05  # the watermark moved this often while batches come
+
+
+class IngestLoop:
+    """See the module docstring; `turns` counts its turns (the heartbeat)."""
+
+    def __init__(
+        self,
+        core: Core,
+        applier: Applier,
+        publisher: Publisher,
+        reloads: Reloads,
+        take_config: Callable[[Config], None],
+        notifier: Notifier,
+        queue: asyncio.Queue[Batch],
+        tg: asyncio.TaskGroup,
+        *,
+        tick_seconds: float,
+        publish_seconds: float,
+        caught_up_publish_seconds: float,
+    ) -> None:
+        self.core = core
+        self.applier = applier
+        self.publisher = publisher
+        self.reloads = reloads
+        self.take_config = take_config
+        self.notifier = notifier
+        self.queue = queue
+        self.tg = tg
+        self.tick_seconds = tick_seconds
+        self.publish_seconds = publish_seconds
+        self.caught_up_publish_seconds = caught_up_publish_seconds
+        self.turns = 0
+        self._last_tick = self._last_publish = time.monotonic()
+        self._publishing: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        try:
+            await self._loop()
+        finally:  # cancelled: a last checkpoint of everything applied
+            for node in self.core.nodes.values():
+                node.repeats.flush(every=True)
+            self.publisher.final()
+
+    async def _loop(self) -> None:
+        self._last_tick = self._last_publish = time.monotonic()
+        while True:
+            if self.reloads.due():
+                self.reloads.start(self.tg, self.take_config)
+            first = await self._first()
+            now = self.core.now_us()
+            if first is not None:
+                self._apply_queued(first, now)
+            mono = time.monotonic()
+            # O(nodes): not every turn; but soon after batches came, so the intervals waiting
+            # for the watermark stay few (a backlog would pile them up in every checkpoint)
+            if mono - self._last_tick >= (self.tick_seconds if first is None else TICK_BUSY_S):
+                self.applier.tick(now)
+                self._last_tick = mono
+            self.turns += 1
+            self.notifier.heartbeat()
+            self._publish_when_due(mono)
+            await asyncio.sleep(0)
+
+    async def _first(self) -> Batch | None:
+        """The first batch queued, waiting no longer than a tick, nor than a publish that is due
+        soon (after a source caught up); None if none came."""
+        if not self.queue.empty():
+            return self.queue.get_nowait()
+        wait = self.tick_seconds
+        if self.applier.caught_up:
+            due = self._last_publish + self.caught_up_publish_seconds
+            wait = min(wait, max(0.0, due - time.monotonic()))
+        with suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                return await self.queue.get()
+        return None
+
+    def _apply_queued(self, first: Batch, now_us: int) -> None:
+        """`first` and what else is queued, for one turn's budget: a turn stays short, so that
+        every source keeps polling (a caught-up source vouches for "nothing unread up to now -
+        2 s" only while it is polled)."""
+        queue, apply = self.queue, self.applier.apply
+        apply(first, now_us)
+        budget = time.monotonic() + TURN_BUDGET_S
+        while not queue.empty() and time.monotonic() < budget:
+            apply(queue.get_nowait(), now_us)
+
+    def _publish_when_due(self, mono: float) -> None:
+        """The checkpoint is written beside the loop, one at a time: a slow disk holds the
+        publishing back, never the reading (batches waiting would be read as late). A node that
+        has just caught up (a backlog read) is shown at once, not a second on."""
+        caught_up = self.applier.caught_up
+        due = self.publish_seconds if not caught_up else self.caught_up_publish_seconds
+        publishing = self._publishing
+        if mono - self._last_publish >= due and (publishing is None or publishing.done()):
+            self.applier.caught_up = False
+            self._publishing = self.tg.create_task(
+                self.publisher.checkpoint_then_publish(), name="checkpoint"
+            )
+            self._last_publish = mono

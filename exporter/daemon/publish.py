@@ -1,0 +1,155 @@
+"""Checkpoint, then publish: scrapes and the status pages only ever show values a checkpoint holds.
+
+The loop takes a snapshot and the state together; a task beside it writes the state (encoded in
+a worker thread: a slow disk never holds the reading up), and only then is the snapshot
+published, rendered once, when first scraped, and read from memory after. States are numbered
+as they are taken: one taken earlier never replaces a newer one on disk. A failed write counts
+in `smllm_checkpoint_errors_total`, and the last checkpointed values stay served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from exporter.accounting.figures import Snapshot
+from exporter.base.records import Interval
+from exporter.checkpoint import codec
+from exporter.checkpoint.store import Checkpoint
+from exporter.daemon.core import Core
+from exporter.daemon.logger import log
+from exporter.daemon.resume import state_values
+from exporter.exposition.published import Published
+from exporter.exposition.render import Renderer
+from exporter.web import pages
+from exporter.web.routes import Page, Site
+
+# what the status pages show besides the snapshot, taken with it: when, each node's recent
+# intervals, its requests in flight (their starts), its source's error
+View = tuple[int, dict[str, tuple[Interval, ...]], dict[str, tuple[int, ...]], dict[str, str]]
+
+
+class Publisher:
+    """Writes `core`'s state to `checkpoint`, then publishes its snapshot on `site`; calls
+    `on_publish` after each publish (systemd's STATUS=)."""
+
+    def __init__(
+        self,
+        core: Core,
+        checkpoint: Checkpoint,
+        site: Site,
+        version: str,
+        *,
+        publish_seconds: float,
+        on_publish: Callable[[], None],
+    ) -> None:
+        self.core = core
+        self.checkpoint = checkpoint
+        self.site = site
+        self.version = version
+        self.renderer = Renderer(version)
+        self.publish_seconds = publish_seconds
+        self.on_publish = on_publish
+        self.checkpoint_errors = 0
+        self.served: Snapshot = core.acc.snapshot()  # the last checkpointed snapshot
+        self.served_view: View | None = None  # what the status pages showed with it
+        self._failing = False
+        # states in the order they were taken, and the newest written: a write that took its
+        # state earlier but reaches the disk later (a worker thread still encoding when the
+        # final write runs) never replaces a newer checkpoint
+        self._taken = itertools.count(1)
+        self._written = 0
+        self._write_lock = threading.Lock()
+
+    def state(self) -> dict[str, Any]:
+        """Everything to resume from, as fresh JSON-ready values (see `resume.state_values`)."""
+        return state_values(self.core, self.checkpoint_errors)
+
+    def serve_now(self) -> None:
+        """The accounting's figures as they are, served from the next publish on (after a
+        resume or a reload: values a checkpoint holds)."""
+        self.served, self.served_view = self.core.acc.snapshot(), None
+
+    def final(self) -> None:
+        """The last checkpoint, of everything applied (after the one being written, if any:
+        `Checkpoint.write` takes its lock)."""
+        try:
+            self._write(self.state(), next(self._taken))
+        except OSError as e:
+            log.error("final checkpoint %s failed: %s", self.checkpoint.path, e)
+
+    def _write(self, state: dict[str, Any], taken: int) -> None:
+        """Write `state`, the `taken`-th taken, unless a newer one is on disk already."""
+        data = codec.encode(state)
+        with self._write_lock:
+            if taken > self._written:
+                self.checkpoint.write(data)
+                self._written = taken
+
+    async def checkpoint_then_publish(self) -> None:
+        """Scrapes only ever see values a checkpoint holds: write it, then publish them."""
+        snapshot, state, view = self.core.acc.snapshot(), self.state(), self.view()
+        try:
+            await asyncio.to_thread(self._write, state, next(self._taken))
+        except OSError as e:
+            self.checkpoint_errors += 1
+            if not self._failing:
+                log.error(
+                    "checkpoint %s failed: %s; serving the last checkpointed values and "
+                    "retrying every %.1f s",
+                    self.checkpoint.path,
+                    e,
+                    self.publish_seconds,
+                )
+            self._failing = True
+            await self._publish(self.served_view)  # the same values, with the error counted
+            self.on_publish()
+            return
+        if self._failing:
+            log.info("checkpoint %s written again", self.checkpoint.path)
+            self._failing = False
+        self.served, self.served_view = snapshot, view
+        await self._publish(view)
+        self.on_publish()
+
+    def publish(self, view: View | None = None) -> None:
+        """Publish the last checkpointed snapshot: scrapes show it (rendered when the first of
+        them asks) until the next, and the status pages with it (with the recent intervals and
+        requests in flight as of that snapshot: `view`)."""
+        site = self.site
+        site.metrics = Published(self.renderer, self.served, self.checkpoint_errors, site.metrics)
+        now_us, recent, in_flight, errors = view if view is not None else self.view()
+        status = pages.StatusView(
+            now_us=now_us,
+            snapshot=self.served,
+            kinds=self.core.config.kinds,
+            recent=recent,
+            in_flight=in_flight,
+            errors=errors,
+            version=self.version,
+        )
+        site.status = Page(functools.partial(pages.status_html, status), "text/html; charset=utf-8")
+        site.api = Page(functools.partial(pages.status_json, status), "application/json")
+
+    def view(self) -> View:
+        """What the status pages show besides the snapshot, taken with it (the rings' part
+        older than the page's hour dropped: a ring that did not change is not copied)."""
+        core = self.core
+        now_us = core.now_us()
+        in_flight = {n: tuple(ns.in_flight.values()) for n, ns in core.acc.nodes.items()}
+        recent = core.recent.copy(since_us=now_us - pages.StatusView.window_us)
+        errors = {n.name: n.down_reason for n in core.nodes.values() if n.down_reason is not None}
+        return now_us, recent, in_flight, errors
+
+    async def _publish(self, view: View | None = None) -> None:
+        """`publish`; and if the last one was scraped, whoever scrapes that often finds this one
+        rendered already (in a worker thread: scrapes are answered meanwhile)."""
+        previous = self.site.metrics
+        self.publish(view)
+        published = self.site.metrics
+        if previous is not None and published is not None and previous.scraped is not None:
+            await asyncio.to_thread(published.prepare_like, previous)
