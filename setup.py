@@ -1,9 +1,10 @@
-"""Builds the optional C fast paths (exporter/compiled/_speedups.c, exporter/compiled/_accounting.c); everything
-else is in pyproject.toml.
+"""Builds the optional C fast paths (exporter/compiled/_speedups.c and _accounting.c).
+
+Everything else is in pyproject.toml.
 
 `optional=True`: without a C compiler the install still succeeds, and the pure-Python code that
 is the reference for each fast path does the work (slower; `make test` in CI insists on the
-compiled modules, see tests/test_speedups.py and tests/test_accounting_speedups.py).
+compiled modules, see tests/unit/compiled/).
 """
 
 from setuptools import Extension, setup
@@ -13,7 +14,10 @@ FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 setup(
     ext_modules=[
         Extension(
-            f"exporter.compiled.{name}", [f"exporter/compiled/{name}.c"], extra_compile_args=FLAGS, optional=True
+            f"exporter.compiled.{name}",
+            [f"exporter/compiled/{name}.c"],
+            extra_compile_args=FLAGS,
+            optional=True,
         )
         for name in ("_speedups", "_accounting")
     ]

@@ -14,9 +14,9 @@ Two workloads of one node, `node0`, deterministic (`random.Random`), `--lines` l
   (`50.10.605.993 I slot launch_slot_: id  1 | task 1024 | processing task, is_child = 0`, as
   llama.cpp's common/log.cpp writes it), an `all slots are idle` line when the last slot frees,
   and the start-up lines before the first request;
-- mixed: one request at a time on slot 0 with no prefix, each request 15
-  lines of which two thirds hold no parser keyword (`params_from_`, prompt processing progress,
-  health, model-list and metrics polls, `all slots are idle`, the POST line).
+- mixed: one request at a time on slot 0 with no prefix, each request 15 lines of which two
+  thirds hold no parser keyword (`params_from_`, prompt processing progress, health, model-list
+  and metrics polls, `all slots are idle`, the POST line).
 
 Each workload's entries, with the fields journald stores for a unit's standard error
 (`_TRANSPORT=stdout`, `_PID`, `_SYSTEMD_UNIT`, `SYSLOG_IDENTIFIER`, `PRIORITY`, `_BOOT_ID`, ...;

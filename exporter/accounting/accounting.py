@@ -24,7 +24,7 @@ from exporter.accounting import intake, watermark
 from exporter.accounting.contract import RECORD_TYPES
 from exporter.accounting.figures import KindCounters, NodeState, Snapshot, node_snapshot
 from exporter.accounting.settings import Settings
-from exporter.accounting.sweep import Pending, mix_labels_by_mask, sweep
+from exporter.accounting.sweep import P_START, Pending, mix_labels_by_mask, sweep
 from exporter.base.records import Event, Interval, Record
 from exporter.base.times import SECOND
 from exporter.compiled import switch
@@ -156,7 +156,7 @@ class Accounting:
             if ended_us is not None and ended_us > limit:  # (it is the node's last_end_us)
                 # what starts beyond now is no busy time that can be accounted (it would wait
                 # years in the pending list, and the checkpoint)
-                self.pending = [p for p in self.pending if p[0] <= limit]
+                self.pending = [p for p in self.pending if p[P_START] <= limit]
                 ns.last_end_us = self._end_in_line(node, limit)
             if time_us is not None and time_us > limit:
                 time_us = None

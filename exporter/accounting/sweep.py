@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 Pending = tuple[int, int, int, int]  # (start, end, node index, kind bit)
+P_START, P_END, P_NODE, P_BIT = range(4)  # a Pending's positions (the C sweep's too)
 # what a sweep finds: the intervals still pending after it, the microseconds with k nodes busy
 # (index k), per mix of kinds (by bit mask), and per node its busy (union) and slot-busy (sum)
 Swept = tuple[list[Pending], list[int], list[int], list[int], list[int]]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 UNKNOWN = "unknown"
@@ -69,7 +68,3 @@ class Kinds:
                 for combo in itertools.combinations(names, size)
             ),
         )
-
-
-def mix_label(kinds_running: Sequence[str]) -> str:
-    return "+".join(sorted(kinds_running)) or "idle"

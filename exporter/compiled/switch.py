@@ -98,4 +98,3 @@ def load(name: str, layouts: Layouts) -> ModuleType | None:
 
 speedups = load("_speedups", layouts_of_speedups())
 accounting = load("_accounting", layouts_of_accounting())
-PURE = speedups is None

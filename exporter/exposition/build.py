@@ -10,7 +10,7 @@ import os
 import platform
 from pathlib import Path
 
-from exporter.compiled import switch as _compiled
+from exporter.compiled import switch
 
 REVISION_ENV = "SMLLM_EXPORTER_REVISION"
 REVISION_FILE = Path(__file__).parent.parent / "REVISION"
@@ -34,7 +34,7 @@ def revision() -> str:
 def build_info(version: str) -> dict[str, str]:
     """smllm_exporter_build_info's labels, by name: the exporter's version, its git revision
     (or "unknown"), the Python version, and "true" when the compiled fast paths are on."""
-    compiled = _compiled.speedups is not None and _compiled.accounting is not None
+    compiled = switch.speedups is not None and switch.accounting is not None
     return {
         "compiled": "true" if compiled else "false",
         "python": platform.python_version(),

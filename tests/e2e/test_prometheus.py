@@ -59,7 +59,7 @@ SETTLE_SECONDS = 3
 ZERO_ON_DEMO = {
     "Requests lost and server restarts",
     # (the demo's embeddings and cancels come a few a minute: a test's minute may have none;
-    # tests/test_occupancy.py holds these counters to a real server's)
+    # tests/unit/ingest/test_recorded_runs.py holds these counters to a real server's)
     "Untimed slot occupancy by reason",
     "Reconnects, gaps, parse errors, late intervals",
     "Checkpoint errors",

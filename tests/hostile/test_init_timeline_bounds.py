@@ -19,7 +19,7 @@ import pytest
 
 from exporter.sources.inittimeline import InitTimelineNode
 from exporter.startup import vllm as inittimeline
-from exporter.startup import vllmwatch as initwatch
+from exporter.startup import vllmwatch
 
 from support.cli import Cli
 from support.daemon_process import DaemonProcess, file_nodes
@@ -87,18 +87,18 @@ def test_worker_files_over_the_total_are_refused_naming_node_and_sum(
     run = tmp_path / "run"
     total = worker_files(run, 40, 10)  # (each file ~1 KiB, under the bound a file may hold)
     node = InitTimelineNode("omni", run)
-    loaded = initwatch.read(node)
+    loaded = vllmwatch.read(node)
     assert isinstance(loaded, inittimeline.Loaded) and len(loaded.timeline.phases) == 400
     # (raising=False: where there is no such bound the node reads them all, and this fails)
     monkeypatch.setattr(inittimeline, "MAX_TOTAL_BYTES", total - 1, raising=False)
-    error = initwatch.read(node)
+    error = vllmwatch.read(node)
     assert error == (
         f"init-timeline node omni: {run}: 40 files of {total} bytes in all, over the "
         f"{total - 1} bytes one timeline may read; refused (move the worker files of old "
         "start-ups away)"
     )
     monkeypatch.setattr(inittimeline, "MAX_TOTAL_BYTES", total)
-    loaded = initwatch.read(node)
+    loaded = vllmwatch.read(node)
     assert isinstance(loaded, inittimeline.Loaded) and len(loaded.timeline.phases) == 400
 
 
@@ -109,10 +109,10 @@ def test_a_run_directory_with_too_many_worker_files_is_refused(
     worker_files(run, 11, 1)
     (run / "other.txt").write_text("not a worker file\n")  # (not counted)
     monkeypatch.setattr(inittimeline, "MAX_WORKER_FILES", 11, raising=False)
-    loaded = initwatch.read(InitTimelineNode("omni", run))
+    loaded = vllmwatch.read(InitTimelineNode("omni", run))
     assert isinstance(loaded, inittimeline.Loaded) and len(loaded.files) == 11
     monkeypatch.setattr(inittimeline, "MAX_WORKER_FILES", 10)
-    assert initwatch.read(InitTimelineNode("omni", run)) == (
+    assert vllmwatch.read(InitTimelineNode("omni", run)) == (
         f"init-timeline node omni: {run}: more than 10 worker_*.jsonl files; refused (move "
         "those of old start-ups away)"
     )

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from exporter.base.records import LogLine, Record
 from exporter.base.times import MAX_TIME_US
 from exporter.checkpoint.codec import parser_of, parser_state
-from exporter.compiled import switch as _compiled
+from exporter.compiled import switch
 from exporter.parse.contract import FEED_TYPES
 from exporter.parse.parser import Parser
 from exporter.sources.entries import EntryDecoder, EntryError
@@ -37,14 +37,14 @@ FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 def switched_off() -> bool:
     """Are the compiled paths switched off (the test command's second, pure-Python run)?"""
-    return _compiled.speedups is None and os.environ.get(_compiled.ENV, "") not in ("", "0")
+    return switch.speedups is None and os.environ.get(switch.ENV, "") not in ("", "0")
 
 
 def compiled() -> ModuleType:
     """The compiled module (the tests ask for it only where it is not switched off)."""
-    require_compiled(_compiled.speedups, "_speedups")
-    assert _compiled.speedups is not None
-    return _compiled.speedups
+    require_compiled(switch.speedups, "_speedups")
+    assert switch.speedups is not None
+    return switch.speedups
 
 
 # -- bytes ---------------------------------------------------------------------------------------

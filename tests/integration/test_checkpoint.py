@@ -406,7 +406,8 @@ def test_a_failing_checkpoint_keeps_serving_the_last_one_and_recovers(
             assert total(s, "smllm_requests_total") == r0
             assert total(s, "smllm_source_entries_total") == entries0
             assert requests_in(Checkpoint(cfg.state_dir).load() or {}) == r0
-            assert tmp_files(cfg.state_dir) == []
+            # a retry in flight holds its temporary file for a moment; none may stay
+            wait_for(lambda: not tmp_files(cfg.state_dir) or None, 5, "no temporary file left")
             assert len(failed_lines()) == streak, failed_lines()  # once per streak
             assert failure.strerror in failed_lines()[-1]
 

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from exporter.compiled import switch as _compiled
+from exporter.compiled import switch
 from exporter.exposition.build import REVISION_ENV
 from exporter.exposition.published import Published
 from exporter.exposition.render import (
@@ -107,9 +107,9 @@ print(json.dumps(build_info_labels(Renderer("9.9.9").render(snapshot(requests=5)
 @pytest.mark.parametrize("pure", ["0", "1"])
 def test_build_info_compiled_follows_pure_python_and_revision_the_environment(pure: str) -> None:
     if pure == "0":  # (in CI a module not built fails: `make test` builds them)
-        require_compiled(_compiled.speedups, "_speedups")
-        require_compiled(_compiled.accounting, "_accounting")
-    env = {**os.environ, _compiled.ENV: pure, REVISION_ENV: "0123abcd\nsecond line"}
+        require_compiled(switch.speedups, "_speedups")
+        require_compiled(switch.accounting, "_accounting")
+    env = {**os.environ, switch.ENV: pure, REVISION_ENV: "0123abcd\nsecond line"}
     done = subprocess.run(
         [sys.executable, "-c", _SERVED_BUILD_INFO],
         env=env,

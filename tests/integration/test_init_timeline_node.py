@@ -35,7 +35,7 @@ from exporter.commands.demo import DemoLine, short_iso
 from exporter.config.load import load
 from exporter.daemon.daemon import Daemon
 from exporter.sources.inittimeline import InitTimelineNode
-from exporter.startup import vllmwatch as initwatch
+from exporter.startup import vllmwatch
 from exporter.startup.phases import Timeline
 from exporter.startup.vllm import Loaded
 
@@ -430,7 +430,7 @@ def test_a_missing_run_directory_is_named_as_missing(tmp_path: Path, run: SeedRu
     gone = run.run_dir.with_name("run.gone")
     run.run_dir.rename(gone)
     node = InitTimelineNode(NODE, run.run_dir, run.dump, POLL_S)
-    figures = initwatch.figures(node, initwatch.read(node), time.time())
+    figures = vllmwatch.figures(node, vllmwatch.read(node), time.time())
     assert not figures.up
     assert str(run.run_dir) in figures.error
     assert "no such file or directory" in figures.error, figures.error
@@ -516,7 +516,7 @@ def test_a_reload_serves_the_figures_read_before_until_the_watcher_reads_again(
     reads: dict[str, int] = {}
     held = threading.Event()
     release = threading.Event()
-    real_read = initwatch.read
+    real_read = vllmwatch.read
 
     def read(node: InitTimelineNode) -> Loaded | str:
         reads[node.name] = reads.get(node.name, 0) + 1
@@ -524,7 +524,7 @@ def test_a_reload_serves_the_figures_read_before_until_the_watcher_reads_again(
             assert release.wait(DEADLINE_S), "never released"
         return real_read(node)
 
-    monkeypatch.setattr(initwatch, "read", read)
+    monkeypatch.setattr(vllmwatch, "read", read)
     daemon = Daemon(
         load(path),
         reloader=lambda: load(path),

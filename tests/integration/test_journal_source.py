@@ -700,7 +700,7 @@ def test_sigkill_mid_stream_never_goes_back_and_ends_exact(tmp_path: Path) -> No
             return s if done and wm is not None and round(wm * SECOND) == t_end else None
 
         samples = wait_for(final, 30, "every entry read and the watermark at the last one")
-        # no scrape in flight at SIGTERM: on Python 3.11 http.py logs a traceback for one
+        # no scrape in flight at SIGTERM: on Python 3.11 web/connection.py logs a traceback for one
         scraper.done.set()
         scraper.join(5)
         d.stop()

@@ -1,4 +1,4 @@
-"""The SSH source against a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py), in front of real
+"""The SSH source against a real OpenSSH sshd on 127.0.0.1 (tests/support/sshd.py), in front of real
 journal files written by systemd-journal-remote and read by the node's journalctl through
 `journal_directory`. Every journal directory's name needs quoting (a space, a quote, `$HOME;`).
 

@@ -1,5 +1,4 @@
-"""A node's `journalctl`, emulated behind asyncssh's own SSH server: the faults the tests inject,
-and the many nodes bench/ssh.py follows.
+"""A node's `journalctl`, emulated behind asyncssh's own SSH server: the faults the tests inject.
 
 `FakeNode` runs the commands the SSH source sends (`parse_command`: -u, -o json, --no-pager,
 --all, -n N, --cursor, --after-cursor, --since @S, --until @S, --follow, --no-tail,
@@ -8,8 +7,7 @@ and the many nodes bench/ssh.py follows.
   as journalctl filters them (-u, --since, --until, --grep; --output-fields keeps those fields
   and the four journalctl always prints) and raw lines (garbage) sent wherever they stand in a
   follow stream, whatever the filters;
-- or a journal whose entries come due by the clock (`due_us`; bench/ssh.py's, generated as they
-  come, so that hundreds of nodes cost little).
+- or any journal whose entries come due by the clock (`due_us`; a `ListJournal`'s never wait).
 A probe (`-n N`, no --follow) prints the newest N entries under the filters; a follow stream
 prints what is there (the last 10 without --no-tail), then what comes. Entries are printed as
 journalctl prints them (`render`): compact UTF-8 JSON, nothing escaped that JSON does not

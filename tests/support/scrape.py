@@ -4,7 +4,7 @@
   exception); `answer` the same, or None when nothing answers (a daemon down or killed
   mid-answer).
 - `scrape`: /metrics as Prometheus fetches it (gzip accepted), timed to the end of the body;
-  its `samples` are parsed only when asked for (a benchmark's scrape loop times, not parses).
+  its `samples` are parsed only when asked for (a scrape loop times, not parses).
 - `parse_metrics` -> `Samples` ({(sample name, sorted labels): value}); `sample`, `value` (served
   or the test fails) and `total` (summed over series) read them.
 - `Watch`: scrapes over and over in a thread, as a very eager Prometheus, across daemon

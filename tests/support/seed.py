@@ -1,5 +1,5 @@
 """The seed's timeline.py (shared/seeds/000_ea0a9e426640964a.txt), ported: what `report` must
-reproduce (tests/test_report_seed.py) and what it is measured against (bench/report.py).
+reproduce, line for line.
 
 The port keeps the seed's arithmetic verbatim: its regex and timestamp handling, its f-strings,
 its 0.5 s sampling loop with `r[0] <= t < r[1]`, its histogram capped at 3, its summed

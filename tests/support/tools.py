@@ -3,7 +3,7 @@
 - `require_tool` / `missing`: a tool that is not installed fails the test in CI (`make test`
   installs it, as root) and skips it elsewhere.
 - `wait_for`, `until_right`: wait on a condition with a deadline (never a sleep that hopes);
-  `poll` is the same wait for a caller that decides itself what a timeout means (a benchmark).
+  `poll` is the same wait for a caller that decides itself what a timeout means .
 - `free_port`: a port of 127.0.0.1 that was free a moment ago, for servers that cannot report a
   kernel-chosen one (their callers retry on a clash).
 - `deadline`: a hang of code run in this thread becomes a `Hang` exception (SIGALRM).
@@ -102,11 +102,11 @@ def require_compiled(module: object, name: str) -> None:
     """For tests of a compiled module (at a test module's top, or in a test): in CI a module
     not built, or switched off with SMLLM_PURE_PYTHON (the test command's pure-Python rerun
     leaves these files out), fails; elsewhere it skips."""
-    from exporter.compiled import switch as _compiled
+    from exporter.compiled import switch
 
     if module is not None:
         return
-    why = f"exporter.{name} is not built or is switched off ({_compiled.ENV})"
+    why = f"exporter.{name} is not built or is switched off ({switch.ENV})"
     if IN_CI:
         pytest.fail(f"{why}; `make test` builds it (needs gcc) and runs this file compiled")
     pytest.skip(f"{why} (not CI; make test installs gcc)", allow_module_level=True)

@@ -34,13 +34,13 @@ from exporter.base.kinds import DEFAULT_RULES, KindRule, Kinds
 from exporter.base.records import Event, EventKind, Interval, Record
 from exporter.base.times import SECOND
 from exporter.checkpoint.codec import restore, state_of
-from exporter.compiled import switch as _compiled
+from exporter.compiled import switch
 from exporter.compiled.switch import Layouts, LayoutWarning, layouts_of_accounting, load
 
 from support.settings import default_settings
 from support.tools import examples, require_compiled
 
-require_compiled(_compiled.accounting, "_accounting")
+require_compiled(switch.accounting, "_accounting")
 
 from exporter.compiled import _accounting  # noqa: E402 (the module the switch loaded; _accounting.pyi
 

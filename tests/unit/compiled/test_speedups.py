@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from exporter.base.records import Event, EventKind, Interval, LogLine, Record
 from exporter.base.times import MAX_TIME_US
 from exporter.checkpoint.codec import parser_of, parser_state
-from exporter.compiled import switch as _compiled
+from exporter.compiled import switch
 from exporter.parse.contract import FEED_TYPES
 from exporter.parse.parser import Parser
 from exporter.parse.tokens import ParseError, Token, tokenize
@@ -31,7 +31,7 @@ from exporter.sources.lines import KEYWORDS, MAX_LINE, find_lines
 
 from support.tools import examples, require_compiled
 
-require_compiled(_compiled.speedups, "_speedups")
+require_compiled(switch.speedups, "_speedups")
 
 from exporter.compiled import _speedups  # noqa: E402 (the module the switch loaded; _speedups.pyi
 

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import parser
 
-from exporter.compiled import switch as _compiled
+from exporter.compiled import switch
 from exporter.exposition import build
 from exporter.exposition.build import REVISION_CHARS, REVISION_ENV, revision
 from exporter.exposition.render import Renderer
@@ -24,7 +24,7 @@ def parse_om(text: str) -> list[Metric]:
 def test_build_info_names_version_revision_python_and_compiled() -> None:
     renderer = Renderer("1.2.3")
     labels = build_info_labels(renderer.render(snapshot(requests=5)).body.decode())
-    compiled = _compiled.speedups is not None and _compiled.accounting is not None
+    compiled = switch.speedups is not None and switch.accounting is not None
     assert labels == {
         "version": "1.2.3",
         "revision": labels["revision"],

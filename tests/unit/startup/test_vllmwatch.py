@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.sources.inittimeline import InitTimelineNode
-from exporter.startup import vllmwatch as initwatch
+from exporter.startup import vllmwatch
 from exporter.startup.phases import Figures
 
 
@@ -18,18 +18,18 @@ def test_the_watcher_reads_again_after_a_failed_read_though_nothing_changed(
     run = tmp_path / "run"
     run.mkdir()
     (run / "worker_1.jsonl").write_text('{"name": "a", "start": 1.0, "end": 2.0}\n')
-    real, calls = initwatch.read, []
+    real, calls = vllmwatch.read, []
 
     def flaky(node: InitTimelineNode) -> object:
         calls.append(node.name)
         return "EMFILE, once" if len(calls) == 1 else real(node)
 
-    monkeypatch.setattr(initwatch, "read", flaky)
+    monkeypatch.setattr(vllmwatch, "read", flaky)
     seen: list[Figures] = []
 
     async def main() -> None:
         node = InitTimelineNode("omni", run, None, 0.1)
-        task = asyncio.create_task(initwatch.watch(node, seen.append, lambda: 5.0))
+        task = asyncio.create_task(vllmwatch.watch(node, seen.append, lambda: 5.0))
         try:
             async with asyncio.timeout(10):
                 while not any(f.up for f in seen):
