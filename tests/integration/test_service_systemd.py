@@ -223,14 +223,21 @@ def test_a_reload_that_adds_a_node_completes_and_takes_nothing_back(service: Ser
     dump.write_text("")
     service.nodes.append({"name": "added", "source": "file", "path": "/srv/dumps/added.log"})
     service.write_config()
-    service.systemctl("reload", EXPORTER)  # (hangs, then fails, if READY=1 never follows)
-    assert service.show("ActiveState") == "active"
+    # `systemctl reload` returns once `kill -HUP` has; the daemon's RELOADING=1 may come after
+    # it, and the unit stays `reloading` until its READY=1: wait for that, with a deadline
+    service.systemctl("reload", EXPORTER)
+    reloaded(service)
     after = wait_for(lambda: service.when("smllm_source_up", "added", 1), DEADLINE_S, "added")
     assert total(after, "smllm_requests_total", node="local") == total(
         before, "smllm_requests_total", node="local"
     )
     service.systemctl("reload", EXPORTER)  # (a later reload is not queued behind it)
-    assert service.show("ActiveState") == "active"
+    reloaded(service)
+
+
+def reloaded(service: Service) -> None:
+    """The unit is `active` again: every RELOADING=1 the daemon sent was followed by READY=1."""
+    wait_for(lambda: service.show("ActiveState") == "active" or None, DEADLINE_S, "READY=1")
 
 
 def test_credentials_reach_the_dynamic_user(service: Service, tmp_path: Path) -> None:
