@@ -47,7 +47,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy exporter tests bench
 
-# The suite (coverage printed at the end), then the parser, line-layer and reader tests once more
+# The suite, then the parser, line-layer and reader tests once more
 # on the pure-Python references (the one switch, SMLLM_PURE_PYTHON=1), so they are proven too.
 PURE_UNIT ?= tests/unit/parse tests/unit/sources tests/unit/accounting tests/unit/checkpoint \
 	tests/unit/ingest tests/unit/exposition/test_golden.py
@@ -55,11 +55,12 @@ PURE_OTHER ?= tests/integration/test_lines.py tests/integration/test_file_source
 	tests/integration/test_daemon.py tests/hostile/test_parse_fuzz.py \
 	tests/hostile/test_file_source_hostile.py
 
-# The unit tests run on both cores (no process, no port: nothing they could share); the
-# others one at a time, as they start real processes and wait on them.
+# The unit tests run on both cores (no process, no port: nothing they could share), their
+# coverage of the package measured and printed; the others one at a time, as they start real
+# processes and wait on them (untraced: tracing them would take the suite past ten minutes).
 pytest: venv
-	$(BIN)/pytest -q -m unit -n 2 --cov=exporter --cov-report=
-	$(BIN)/pytest -m "not unit" --cov=exporter --cov-append --cov-report=term:skip-covered
+	$(BIN)/pytest -q -m unit -n 2 --cov=exporter --cov-report=term:skip-covered
+	$(BIN)/pytest -m "not unit"
 	SMLLM_PURE_PYTHON=1 $(BIN)/pytest -q -n 2 $(PURE_UNIT)
 	SMLLM_PURE_PYTHON=1 $(BIN)/pytest -q $(PURE_OTHER)
 
