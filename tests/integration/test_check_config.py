@@ -1,7 +1,4 @@
-"""check-config checks what a config names, not only its form: every path there and readable
-(the state directory creatable and writable, by a real write), duplicate keys with both lines,
-hosts and users nothing can read as more, `${VAR}` only where it expands; and with
-`--as-service` the paths as the unit's dynamic user will see them."""
+"""check-config on a valid config checks every path it names, as the service would open them."""
 
 from __future__ import annotations
 

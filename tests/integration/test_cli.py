@@ -1,5 +1,5 @@
-"""The command line an operator types: `run --listen`, relative report windows, numbers in
-range, a note for an empty window, known-hosts with nothing to do."""
+"""The command line as a process: `run --listen` serves where it says; `known-hosts` with no SSH
+node, or one that cannot be reached."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The followed dump file: appends, partial lines, truncation, replacement, a missing file,
-`since`, resuming, the keyword filter (it must lose nothing the parser could use), bad lines,
-small chunks, and `run()` on a real asyncio loop. Every test works on real files in tmp_path."""
+"""The daemon on a FIFO: SIGTERM ends it within a second with no writer, and what a later writer
+sends is counted."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The line layer (`sources/lines.py`): framing, the keyword scan, long lines, line numbers; and
-what the report accepts as input (gzip, standard input, pipes), counted as the daemon counts."""
+"""The report reads gzip, standard input and pipes as the line layer frames them, and refuses what
+is not there."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The logs as an operator reads them: priorities under journald, ISO times elsewhere, quiet
-libraries, and one line each when a node starts and stops holding the cluster figures back."""
+"""The logs of the daemon as a process: priorities under journald, ISO times elsewhere, and the
+node that holds the figures back named once."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Every second a slot is occupied, held to a real llama-server's recorded output.
-
-`tests/testdata/llama-server/` holds what a real llama-server (b11434) wrote for each kind of
-slot occupancy, as journal dumps, with the server's own per-request results beside them
-(`record.py` made them). Here the parser, the report and the daemon are held to them: the
-timed requests' tokens and durations are the server's own; a request released without a
-timing block spans its launch line to its release line, with the reason its lines give; busy
-seconds are the union of every occupancy, slot seconds their sum; and the report and the
-daemon agree. The lines' meaning is read here independently, with plain regular expressions.
-"""
+"""The daemon on a real llama-server's recorded runs: it serves what the report says, and a
+stopped unit is `smllm_server_up 0`, never an idle node."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
-"""llama-server start-ups from the journal: phases, metrics, checkpoint and `report --startups`.
-
-On the recorded real llama-server runs (tests/testdata/llama-server), every start-up the parser
-and the tracker make equals the one an independent reading of the same journal makes (plain
-regular expressions over MESSAGE: systemd's `Started` line, the server's prefixed start-up
-lines placed at min(journal time - prefix) + prefix), with how it ended: listening, or the unit
-going down first (the real abort of `embeddings_mean_abort` while loading). Their tables and
-suggested timeouts are vllm-omni's own `format_table()` and `suggest_timeouts()` (the seed, run)
-on the same phases, line for line, also through the CLI. systemd's unit lines (recorded shapes
-of systemd 252) in the orders the unit types give are built by hand here: Type=simple,
-Type=exec (`Started` after the server's first line), a start killed at TimeoutStartSec, a
-crash loop, a plain log file without PIDs; and arbitrary sequences never break the tracker.
-"""
+"""`report --startups` on a real journal (written by systemd-journal-remote) gives what it gives
+on that journal's dump."""
 
 from __future__ import annotations
 
