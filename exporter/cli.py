@@ -20,7 +20,7 @@ from pathlib import Path
 from exporter import __version__
 from exporter.base import logs
 from exporter.base.times import SECOND, since_us
-from exporter.commands import check_config, known_hosts, report, run
+from exporter.commands import report
 from exporter.config.schema import DEFAULT_PATH, DEFAULTS
 from exporter.config.values import listen_address
 from exporter.daemon import hup
@@ -97,20 +97,115 @@ def _factor(text: str) -> float:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
+# The help texts below the options (argparse's epilog), kept as written: what each command
+# serves or needs, and an example. tools/manpages.py puts them in the man page too.
+RAW = argparse.RawDescriptionHelpFormatter
+
+EPILOG = f"""\
+The config: {DEFAULT_PATH} (man 5 sm-llm-exporter.yaml).
+A command's options and an example: sm-llm-exporter COMMAND --help.
+
+example:
+  sm-llm-exporter check-config --as-service \\
+      {DEFAULT_PATH}
+"""
+
+RUN_EPILOG = f"""\
+serves, on the config's listen address (default :{DEFAULTS.listen_port}):
+  /             the status page (HTML)
+  /api/status   the status page's data (JSON)
+  /metrics      the metrics, for Prometheus
+  /-/healthy    200 while the server answers
+  /-/ready      200 once every source has started
+
+signals:
+  SIGHUP        re-read the config (systemctl reload sm-llm-exporter);
+                a config that does not validate is refused, and the
+                one in force stays
+  SIGTERM       stop cleanly, with a last checkpoint (SIGINT too)
+
+requires: a valid config, and a state_dir it can write (default
+{DEFAULTS.state_dir}). Without them it does not start (exit 1).
+
+example:
+  sm-llm-exporter run --config {DEFAULT_PATH}
+"""
+
+CHECK_CONFIG_EPILOG = f"""\
+checks: every key and value; every path the config names (dump files, journal
+directories, known_hosts, client keys, password and passphrase files) is there
+and readable; state_dir can be written; the web config and its files. A dump
+file that does not exist yet is a warning only. FILE - reads standard input.
+
+--as-service checks the paths as the unit's dynamic user will see them. A path
+under ${{CREDENTIALS_DIRECTORY}} is the file the unit loads as that credential
+(/etc/sm-llm-exporter/ssh/FILE as ssh_FILE). Every other file must be readable
+by a user that owns none of them. Run it before starting the service.
+
+example:
+  sm-llm-exporter check-config --as-service \\
+      {DEFAULT_PATH}
+"""
+
+KNOWN_HOSTS_EPILOG = """\
+requires: a config with SSH nodes; only their host and port are used. Nothing
+is trusted or written. Exit 1 when a host could not be reached (the others
+are printed all the same), 2 when a NODE is no node of the config.
+
+example:
+  sm-llm-exporter known-hosts node0
+then check the fingerprint out of band, and append the line to
+/etc/sm-llm-exporter/ssh/known_hosts (the default known_hosts).
+"""
+
+DEMO_EPILOG = f"""\
+serves what run serves (/, /api/status, /metrics), on 127.0.0.1:{DEFAULTS.listen_port} by
+default. Ctrl-C stops it and removes the temporary directory (a --dir stays).
+
+example:
+  sm-llm-exporter demo
+then open http://127.0.0.1:{DEFAULTS.listen_port}/ in a browser.
+"""
+
+REPORT_EPILOG = f"""\
+requires: --since and --until, unless --init-timeline is given (it takes
+neither). The nodes are the config's (--config, default
+{DEFAULT_PATH}) or the --input dumps. Times: ISO 8601 (UTC
+without an offset), now, or -30m, -24h, -7d. Exit 1 when a node could not be
+read (after the report of what was read), 2 for options that do not go
+together.
+
+examples:
+  sm-llm-exporter report --since -24h --until now
+  sm-llm-exporter report --since -7d --until now \\
+      --format html --output week.html
+  sm-llm-exporter report --since 2026-09-22T07:32:55 \\
+      --until 2026-09-22T08:45:10 --input node0=node0.json
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line (tools/manpages.py writes the man page from it too)."""
     ap = argparse.ArgumentParser(
         prog="sm-llm-exporter",
-        description="Exact busy time, requests and tokens of llama.cpp (sm-llm) nodes, "
+        formatter_class=RAW,
+        description="Exact busy time, requests and tokens of llama.cpp (sm-llm) nodes,\n"
         "from their journals.",
+        epilog=EPILOG,
     )
     ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    ap.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="default: info")
+    ap.add_argument(
+        "--log-level", default="info", choices=LOG_LEVELS, help="how much to log (default: info)"
+    )
     # ... and after the command too (`run --log-level debug`)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS, help="default: info"
+        "--log-level",
+        default=argparse.SUPPRESS,
+        choices=LOG_LEVELS,
+        help="how much to log (default: info)",
     )
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = ap.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
     _add_run(sub.add_parser, common)
     _add_check_config(sub.add_parser, common)
@@ -124,16 +219,19 @@ def _add_run(add: Callable[..., argparse.ArgumentParser], common: argparse.Argum
     run = add(
         "run",
         parents=[common],
-        help="the daemon: follow every node's journal and serve /metrics",
-        description="Follow every configured node's journal and serve /metrics, /-/healthy "
-        "and /-/ready. SIGTERM or SIGINT stop it cleanly.",
+        formatter_class=RAW,
+        help="the daemon: follow the nodes' journals, serve the status page and /metrics",
+        description="The daemon, as the systemd unit runs it. It follows every configured node's\n"
+        "journal, turns each request into a busy interval, and serves the status page\n"
+        "and the metrics.",
+        epilog=RUN_EPILOG,
     )
     run.add_argument(
         "--config",
         type=Path,
         default=DEFAULT_PATH,
         metavar="FILE",
-        help=f"default: {DEFAULT_PATH}",
+        help=f"the config (default: {DEFAULT_PATH})",
     )
     run.add_argument(
         "--listen",
@@ -157,9 +255,11 @@ def _add_check_config(
     check = add(
         "check-config",
         parents=[common],
+        formatter_class=RAW,
         help="check a config file; every problem at once",
-        description="Check a config file and list every problem with its key path and line. "
-        "Exit 0 only when it is valid.",
+        description="Check a config file and list every problem at once, each as FILE:LINE: KEY:\n"
+        "what is wrong. Exit 0 only when the config is valid.",
+        epilog=CHECK_CONFIG_EPILOG,
     )
     check.add_argument(
         "file", type=Path, nargs="?", metavar="FILE", help="the config (or give it as --config)"
@@ -169,7 +269,7 @@ def _add_check_config(
         type=Path,
         dest="config_option",
         metavar="FILE",
-        help=f"default: {DEFAULT_PATH}",
+        help=f"the config, instead of FILE (default: {DEFAULT_PATH})",
     )
     check.add_argument(
         "--web.config.file",
@@ -193,18 +293,21 @@ def _add_known_hosts(
     kh = add(
         "known-hosts",
         parents=[common],
+        formatter_class=RAW,
         help="fetch and print SSH nodes' host keys with fingerprints, for review",
-        description="Connect to each named SSH node (all when none is named), fetch its host "
-        "key without trusting it, and print known_hosts lines with their SHA256 fingerprints. "
-        "Check each fingerprint out of band, then append the lines to the node's known_hosts.",
+        description="Connect to each named SSH node (every SSH node when none is named), fetch\n"
+        "its host key without trusting it, and print known_hosts lines with their SHA256\n"
+        "fingerprints. Check each fingerprint out of band, then append the lines to the\n"
+        "node's known_hosts.",
+        epilog=KNOWN_HOSTS_EPILOG,
     )
-    kh.add_argument("nodes", nargs="*", metavar="NODE")
+    kh.add_argument("nodes", nargs="*", metavar="NODE", help="a node's name in the config")
     kh.add_argument(
         "--config",
         type=Path,
         default=DEFAULT_PATH,
         metavar="FILE",
-        help=f"default: {DEFAULT_PATH}",
+        help=f"the config (default: {DEFAULT_PATH})",
     )
 
 
@@ -212,9 +315,12 @@ def _add_demo(add: Callable[..., argparse.ArgumentParser], common: argparse.Argu
     dm = add(
         "demo",
         parents=[common],
-        help="the daemon on three demo nodes (no sm-llm unit or SSH needed)",
-        description="Write the last hour of a seeded three-node workload as journal dumps, "
-        "append each later line as its time comes, and run the daemon on them.",
+        formatter_class=RAW,
+        help="the daemon on three demo nodes (no llama-server, sm-llm unit or SSH needed)",
+        description="Write the last hour of a made-up three-node workload as journal dumps,\n"
+        "append each later line as its time comes, and run the daemon on them. No\n"
+        "llama-server, sm-llm unit or SSH is needed.",
+        epilog=DEMO_EPILOG,
     )
     dm.add_argument(
         "--dir",
@@ -227,7 +333,7 @@ def _add_demo(add: Callable[..., argparse.ArgumentParser], common: argparse.Argu
         type=_listen,
         default=f"127.0.0.1:{DEFAULTS.listen_port}",
         metavar="HOST:PORT",
-        help=f"default: 127.0.0.1:{DEFAULTS.listen_port} (this host only)",
+        help=f"where to serve (default: 127.0.0.1:{DEFAULTS.listen_port}, this host only)",
     )
 
 
@@ -237,12 +343,17 @@ def _add_report(
     rp = add(
         "report",
         parents=[common],
-        help="how busy the nodes were over a past window (the seed's tables)",
-        description="Read the nodes' journals over [--since, --until] and print how busy each "
-        "node was, how many worked at once and how the work split by kind. Requests count by "
-        "their end in the window; busy and concurrency seconds are exact, clipped to the window. "
-        "With --startups: how long each llama-server start-up took, phase by phase, and the "
-        "TimeoutStartSec= that covers them; with --init-timeline: a vllm-omni init timeline's.",
+        formatter_class=RAW,
+        help="how busy the nodes were over a past window (the operators' timeline.py tables)",
+        description="Read the nodes' journals over [--since, --until] and print how busy each\n"
+        "node was, how many worked at once and how the work split by kind. Requests\n"
+        "count by their end in the window. Busy and concurrency seconds are exact,\n"
+        "clipped to the window.\n"
+        "\n"
+        "With --startups: how long each llama-server start-up took, phase by phase, and\n"
+        "the TimeoutStartSec= that covers them. With --init-timeline: the same for a\n"
+        "vllm-omni init timeline.",
+        epilog=REPORT_EPILOG,
     )
     rp.add_argument(
         "--since",
@@ -251,7 +362,12 @@ def _add_report(
         help="window start: ISO 8601 (UTC when it has no offset), now, or -30m, -24h, -7d "
         "(required unless --init-timeline is given)",
     )
-    rp.add_argument("--until", type=_time, metavar="T", help="window end, in the same forms")
+    rp.add_argument(
+        "--until",
+        type=_time,
+        metavar="T",
+        help="window end, in the same forms (required unless --init-timeline is given)",
+    )
     rp.add_argument(
         "--startups",
         action="store_true",
@@ -307,10 +423,10 @@ def _add_report(
         "--format",
         choices=list(report.FORMATS),
         default="text",
-        help="text (the seed's tables), json, html (one self-contained page with the tables, "
-        "the timeline and the charts), or openmetrics (what /metrics would have served at every "
-        "--step, timestamped, for `promtool tsdb create-blocks-from openmetrics`; with --output "
-        "or --output-dir). Default: text",
+        help="text (the tables of the operators' timeline.py), json, html (one self-contained "
+        "page with the tables, the timeline and the charts), or openmetrics (what /metrics "
+        "would have served at every --step, timestamped, for `promtool tsdb "
+        "create-blocks-from openmetrics`; with --output or --output-dir). Default: text",
     )
     rp.add_argument(
         "--step",
@@ -354,11 +470,13 @@ def _relative_times(argv: Sequence[str]) -> list[str]:
     return out
 
 
+# A command's module is imported when it runs (report's is needed for its options): a process
+# loads only its own command, so `run` and `report` start sooner.
 DAEMONS = ("run", "demo")  # the commands that take SIGHUP up as a reload
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(_relative_times(sys.argv[1:] if argv is None else argv))
+    args = parser().parse_args(_relative_times(sys.argv[1:] if argv is None else argv))
     if args.command not in DAEMONS and argv is None:  # (a hang-up ends a command run by hand)
         hup.release()
     logs.setup(args.log_level)
@@ -368,14 +486,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.file is not None and args.config_option is not None:
             log.error("give the config once: as FILE or as --config")
             return 2
+        from exporter.commands import check_config
+
         return check_config.main(
             args.file or args.config_option or DEFAULT_PATH,
             as_service=args.as_service,
             web_config=args.web_config_file,
         )
     if args.command == "run":
+        from exporter.commands import run
+
         return run.main(args.config, args.listen, args.web_config_file)
     if args.command == "known-hosts":
+        from exporter.commands import known_hosts
+
         return known_hosts.main(args.config, args.nodes)
     if args.command == "demo":
         from exporter.commands import demo  # (the daemon, for the demo only

@@ -17,22 +17,25 @@ import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exporter.base.kinds import Kinds, split_rules
 from exporter.base.records import Batch
 from exporter.base.times import iso
-from exporter.commands import backfill, init_timeline
 from exporter.commands.loading import load_config
 from exporter.commands.output import put
 from exporter.config.schema import DEFAULT_PATH, Config
 from exporter.ingest.memory import tune_gc
 from exporter.ingest.settings import settings
-from exporter.report import openmetrics, text
+from exporter.report import text
 from exporter.report.window import Builder, Report
 from exporter.sources import registry as sources
 from exporter.sources.file import FileNode
 from exporter.sources.registry import NodeConfig
 from exporter.startup import tables
+
+if TYPE_CHECKING:
+    from exporter.report import openmetrics
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,11 @@ def main(o: ReportOptions) -> int:
 
 def _report(o: ReportOptions) -> int:
     _check(o)
+    # The init timeline and the OpenMetrics replay are imported when asked for: a text, json or
+    # html report starts without them (the report is timed from its process's start).
     if o.init_timeline:
+        from exporter.commands import init_timeline
+
         return init_timeline.main(o.init_timeline, o.factor, o.format, o.output)
     assert o.since_us is not None and o.until_us is not None
     cfg = Config() if o.config is None and o.inputs else _loaded(o.config)
@@ -92,6 +99,9 @@ def _report(o: ReportOptions) -> int:
     if o.output_dir is not None and o.format != "openmetrics":
         raise Refused("--output-dir is for --format openmetrics (the others write --output FILE)")
     if o.format == "openmetrics":
+        from exporter.commands import backfill
+        from exporter.report import openmetrics
+
         why = backfill.refusal(names, s, o.since_us, o.until_us, o.step_us, o.output, o.output_dir)
         if why:
             raise Refused(why)
@@ -101,6 +111,8 @@ def _report(o: ReportOptions) -> int:
     _tell(r, failed, entries, len(nodes))
     code = 1 if failed else 0
     if replay is not None:
+        from exporter.commands import backfill
+
         return backfill.write(replay, o.output, o.output_dir) or code
     return put(_text(r, o, cfg), o.output) or code
 
