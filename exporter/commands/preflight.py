@@ -110,6 +110,10 @@ def check(
     except ConfigError as e:
         return Checked(source, None, tuple(e.problems))
     cfg = config_of(data, checker, available)
+    if as_service and path != STDIN:
+        why = _config_problem(path, credentials)
+        if why:
+            checker.problem("", why, shown="the config itself")
     warnings = _check_paths(cfg, checker, as_service, credentials)
     problems = checker.problems
     described = []
@@ -156,6 +160,13 @@ def _check_paths(cfg: Config, checker: Checker, as_service: bool, credentials: P
         if why:
             checker.problem("state_dir", why)
     return warnings
+
+
+def _config_problem(path: Path, credentials: Path) -> str:
+    """Why the service cannot read the config file at `path` (the unit reads it where it is,
+    as its dynamic user, behind PrivateTmp= and ProtectHome=), or ""."""
+    why, _ = _unreadable(Named("config", path.absolute()), True, credentials)
+    return why
 
 
 def _unreadable(named: Named, as_service: bool, credentials: Path) -> tuple[str, bool]:

@@ -183,3 +183,29 @@ def test_merge_keys_are_no_duplicates_and_odd_hosts_and_users_are(
         "with - or .), got 448",
         f"{path}:6: nodes[3].host: must be a host name or an IP address, got '10.1'",
     ]
+
+
+def test_as_the_service_the_config_itself_must_be_readable_where_the_unit_reads_it(
+    open_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = yaml_text("nodes:", "  - {name: a, source: file, path: /srv/dumps/a.json}")
+    hidden = tmp_path / "config.yaml"  # (under /tmp: PrivateTmp=yes hides it)
+    private = open_dir / "config.yaml"
+    readable = open_dir / "shared.yaml"
+    for path, mode in ((hidden, 0o644), (private, 0o600), (readable, 0o644)):
+        path.write_text(text)
+        path.chmod(mode)
+    code, errors = check(caplog, "--as-service", str(hidden))
+    assert code == 1
+    assert errors[1:] == [
+        f"{hidden}:1: the config itself: {hidden} is hidden from the service (the unit's "
+        "PrivateTmp=yes)"
+    ]
+    code, errors = check(caplog, "--as-service", str(private))
+    assert code == 1
+    assert errors[1:] == [
+        f"{private}:1: the config itself: {private} is mode 0600: the service's dynamic user "
+        f"cannot read {private}"
+    ]
+    assert check(caplog, "--as-service", str(readable)) == (0, [])
+    assert check(caplog, str(private)) == (0, [])  # (as this user, root, it reads)
