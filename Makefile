@@ -7,9 +7,9 @@ BASE   := $(VENV)/.base
 # Debian packages the tests start for real (chromium: the status page and the HTML report in a
 # headless browser), and the C compiler for exporter/compiled/_speedups.c; apt-installed when missing
 # and run as root.
-DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev python3-venv chromium faketime systemd-container
+DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev python3-venv chromium faketime systemd-container man-db groff
 
-.PHONY: all venv deps test unit lint typecheck pytest run bench clean
+.PHONY: all venv deps test unit lint typecheck pytest run bench man clean
 
 all: test
 
@@ -41,11 +41,11 @@ $(STAMP): $(BASE) | deps
 venv: $(STAMP)
 
 lint: venv
-	$(BIN)/ruff check exporter tests bench
-	$(BIN)/ruff format --check exporter tests bench
+	$(BIN)/ruff check exporter tests bench tools
+	$(BIN)/ruff format --check exporter tests bench tools
 
 typecheck: venv
-	$(BIN)/mypy exporter tests bench
+	$(BIN)/mypy exporter tests bench tools
 
 # The suite, then the parser, line-layer and reader tests once more
 # on the pure-Python references (the one switch, SMLLM_PURE_PYTHON=1), so they are proven too.
@@ -86,6 +86,11 @@ bench: venv deps
 	$(BIN)/python bench/ssh.py
 	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/backfill.py
+
+# The man pages in man/, written from the command line and the config reference (argparse-manpage,
+# in the test extras); committed, and a test holds them to what this writes.
+man: venv
+	$(BIN)/python tools/manpages.py
 
 clean:
 	rm -rf .demo $(VENV) .mypy_cache .ruff_cache .pytest_cache

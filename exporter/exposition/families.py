@@ -1,8 +1,8 @@
 """The metric families /metrics shows, in order: name, type, help, labels, and how to read them.
 
 `FAMILIES` is the one table. The fast renderer (`render.py`) and the prometheus_client reference
-(`reference.py`) both walk it, and a test holds the README's metric table to it. Each family says
-how its series are read from a snapshot, in one of five ways:
+(`reference.py`) both walk it, and a test holds the metrics page's table (docs/metrics.md) to
+it. Each family says how its series are read from a snapshot, in one of five ways:
 
 - `PerKind`: one series a node and kind, a value of that pair's `KindCounters`;
 - `Column`: series fixed by the snapshot's shape (`shape`), values read anew (None leaves a

@@ -3,12 +3,12 @@
 `promtool check rules`, `promtool test rules` (deploy/prometheus/rules_test.yml: series that must
 fire every alert and series that must not) and `promtool check config` on the example run here
 with the real Debian promtool. The rest reads the files: every alert carries a severity, a
-summary, a description and a runbook, is tested both ways and is explained in the README; the
+summary, a description and a runbook, is tested both ways and is explained in docs/alerts.md; the
 idle-node alert needs no launch lines and leaves a stopped server to SmLlmServerDown; the
 dashboard is provisionable (a stable uid, a `datasource` variable used by every panel and query,
 a `job` variable and a multi-value `instance` variable that every query filters by, a
 multi-value `node` variable used by every per-node query) and every panel says what it shows
-and what to do; the README's metric table names every metric the exporter serves and the rules
+and what to do; the metrics page's table names every metric the exporter serves and the rules
 and the dashboard read, and no removed one.
 """
 
@@ -35,15 +35,15 @@ GRAFANA = REPO / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "sm-llm-exporter.json"
 PROVISIONING = GRAFANA / "provisioning"
 # Where the alerts are explained.
-DOCS = [REPO / "README.md"]
-README = REPO / "README.md"
+DOCS = [REPO / "docs" / "alerts.md"]
+METRICS_PAGE = REPO / "docs" / "metrics.md"
 FAMILIES = REPO / "exporter" / "exposition" / "families.py"
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 # The filter on the exporter's target labels every query carries (the rules keep them).
 TARGET = 'job=~"$job", instance=~"$instance"'
 SEVERITIES = {"info", "warning", "critical"}
-# Metrics without a node label (README, "Metrics"); every other smllm_ metric is per node.
+# Metrics without a node label (docs/metrics.md, "Metrics"); every other smllm_ metric is per node.
 CLUSTER_METRICS = {
     "smllm_nodes_busy",
     "smllm_concurrency_seconds_total",
@@ -177,7 +177,9 @@ def test_alert_is_documented(name: str) -> None:
         text = alert["annotations"].get(key, "")
         assert len(text.split()) >= 5, f"{name}: {key} is missing or too short: {text!r}"
     docs = "\n".join(p.read_text(encoding="utf-8") for p in DOCS if p.exists())
-    assert re.search(rf"^#+ .*`?{name}`?", docs, re.MULTILINE), f"{name} has no README section"
+    assert re.search(rf"^#+ .*`?{name}`?", docs, re.MULTILINE), (
+        f"{name} has no section in docs/alerts.md"
+    )
 
 
 def alert_cases() -> Iterator[tuple[str, bool]]:
@@ -500,12 +502,13 @@ def test_provisioning_files() -> None:
     assert NUMBER.fullmatch(source["jsonData"]["timeInterval"])
 
 
-# -- the README's metric table --------------------------------------------------------------
+# -- the metrics page's table ---------------------------------------------------------------
 
 
-def test_metric_table_is_before_prometheus_section() -> None:
-    headings = re.findall(r"^## (.+)$", README.read_text(encoding="utf-8"), re.MULTILINE)
-    assert headings.index("Metrics") + 1 == headings.index("Prometheus, Grafana and alerts")
+def test_metric_table_has_one_section() -> None:
+    """The metrics page holds its table under one `## Metrics` heading."""
+    headings = re.findall(r"^## (.+)$", METRICS_PAGE.read_text(encoding="utf-8"), re.MULTILINE)
+    assert headings.count("Metrics") == 1
 
 
 def test_metric_table_rows() -> None:
@@ -533,7 +536,9 @@ def test_metric_table_names_what_rules_and_dashboard_read() -> None:
         for suffix in HISTOGRAM_SUFFIXES:
             if name.endswith(suffix) and name.removesuffix(suffix) in table:
                 base = name.removesuffix(suffix)
-        assert base in table, f"{name} is read by a rule or panel but not in the README table"
+        assert base in table, (
+            f"{name} is read by a rule or panel but not in the metrics page's table"
+        )
 
 
 def test_metric_table_has_no_removed_metric() -> None:
@@ -549,4 +554,4 @@ def test_metric_table_names_what_the_collector_serves() -> None:
     served = set(re.findall(r'"(smllm_[a-z_]+)"', source))
     assert served
     missing = sorted(n for n in served if n not in table and f"{n}_total" not in table)
-    assert not missing, f"served but not in the README table: {missing}"
+    assert not missing, f"served but not in the metrics page's table: {missing}"

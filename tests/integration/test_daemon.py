@@ -107,7 +107,7 @@ def test_every_metric_served_and_promtool_clean(dumps: dict[str, Path], tmp_path
     names = {name for name, _ in samples}
     missing = [m for m in METRICS_TABLE if m not in names]
     assert not missing
-    # the README's metric table names every family served, and serves every row it has (but
+    # the metrics page's table names every family served, and serves every row it has (but
     # those it says are absent until seen)
     table = metric_table()
     served = {re.sub(r"_(bucket|count|sum)$", "", n) for n in names if n.startswith("smllm_")}

@@ -1,9 +1,9 @@
-"""`sm-llm-exporter report` against an independent port of the seed's timeline.py (README, "The report";
+"""`sm-llm-exporter report` against an independent port of the seed's timeline.py (docs/report.md;
 the port, support/seed.py, keeps the seed's arithmetic verbatim and reads the journal dump our
 report reads, with the seed's own regex and timestamp handling).
 
 On one-slot data from three nodes, with every edge on the 0.5 s grid counted from --since and
-every counted interval inside the window, the README says the two agree line for line; so every
+every counted interval inside the window, docs/report.md says the two agree line for line; so every
 line the seed prints must start our output. Where the seed crashes (no extraction call: the
 median of an empty list) ours must say there were no extraction calls instead, and the seed's
 remaining lines (computed as if it had skipped that one) must follow.

@@ -5,7 +5,7 @@ pace (`support.replay_server`: a replay, since building llama-server takes 11 mi
 so its lines reach the exporter as journald stores a real server's.
 
 Checked here: `systemctl start` completes through READY=1 and `systemctl status` shows the
-STATUS= line; the local `journal` source counts the replayed run exactly, and `systemctl stop
+STATUS= line; `systemctl help` opens the installed man pages; the local `journal` source counts the replayed run exactly, and `systemctl stop
 sm-llm` shows as the server down; `systemctl reload` after adding a node completes (READY=1
 follows RELOADING=1) with no counter going down; the watchdog kills and restarts a frozen
 daemon, whose counters resume exact; an SSH node's key and known_hosts, and the TLS files,
@@ -146,6 +146,13 @@ def test_start_completes_through_ready_and_status_shows_the_status_line(
     status = service.systemctl("status", "--no-pager", EXPORTER, check=False).stdout
     assert "Active: active (running)" in status
     assert "Status: " in status and "sources up" in status
+
+
+def test_systemctl_help_opens_the_man_pages(service: Service) -> None:
+    """`Documentation=` names the man pages the install put in /usr/local/share/man."""
+    shown = service.c.run("systemctl", "help", EXPORTER, check=False, timeout=DEADLINE_S).stdout
+    assert "SM-LLM-EXPORTER(1)" in shown and "sm-llm-exporter check-config" in shown, shown
+    assert "SM-LLM-EXPORTER.YAML(5)" in shown and "nodes[].host" in shown, shown[-2000:]
 
 
 def test_the_journal_source_counts_the_replayed_server_exactly(service: Service) -> None:

@@ -1,16 +1,20 @@
 """The shipped unit on a bare machine: `systemd-analyze verify` of the unit as the documented
 install (deploy/README.md) leaves it, in an empty `--root` (nothing of /opt/sm-llm-exporter or
-/etc/sm-llm-exporter needed on this host), and the unit's `Documentation=` there.
+/etc/sm-llm-exporter needed on this host), and the unit's `Documentation=` there: the man pages
+the install puts where `man` looks.
 
 The install's `install` lines run as they are written, their absolute paths moved under the
 root; the venv and `pip install` are stood in for by the directory and an executable at
 ExecStart's path (what verify checks). The root holds a copy of the system's units
 (sysinit.target and the rest the unit's default dependencies name) and an empty
-/etc/systemd/system, as every systemd host has.
+/etc/systemd/system, as every systemd host has. verify runs this host's `man` for each `man:`
+page the unit names: pointed (MANPATH) at the root's /usr/local/share/man, a directory of
+man's default path.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -25,20 +29,28 @@ UNIT = REPO / "deploy" / "sm-llm-exporter.service"
 GUIDE = REPO / "deploy" / "README.md"
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 INSTALLED = Path("/opt/sm-llm-exporter")
+MAN_DIR = Path("/usr/local/share/man")  # (where the install puts the man pages)
+MAN_PAGE = re.compile(r"man:([\w.-]+)\((\d)\)")
 
 
 def install_steps() -> list[str]:
-    """The commands of deploy/README.md's `## Install` section (its indented block)."""
+    """The commands of deploy/README.md's `## Install` section (its indented blocks, in
+    order)."""
     section = GUIDE.read_text().split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"(?:^    \S.*\n)+", section, re.MULTILINE)
-    assert block, "no command block under ## Install"
-    return [line.strip() for line in block[0].splitlines()]
+    blocks = re.findall(r"(?:^    \S.*\n)+", section, re.MULTILINE)
+    assert blocks, "no command block under ## Install"
+    return [line.strip() for block in blocks for line in block.splitlines()]
 
 
 def unit_value(key: str) -> str:
     found = re.findall(rf"^{key}=(.*)$", UNIT.read_text(), re.MULTILINE)
     assert len(found) == 1, f"{key}= set {found!r}"
     return str(found[0])
+
+
+def man_pages() -> list[tuple[str, str]]:
+    """The unit's `Documentation=` pages: (name, section)."""
+    return [(str(n), str(s)) for n, s in MAN_PAGE.findall(unit_value("Documentation"))]
 
 
 def rooted(root: Path, arg: str) -> str:
@@ -84,11 +96,13 @@ def installed_root(tmp_path: Path) -> Path:
 
 def verify(root: Path) -> tuple[int, str]:
     analyze = require_tool("systemd-analyze")
+    require_tool("man")  # (verify runs it for the unit's man: pages)
     r = subprocess.run(
         [analyze, "verify", f"--root={root}", UNIT.name],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "MANPATH": str(root / MAN_DIR.relative_to("/"))},
     )
     return r.returncode, r.stdout + r.stderr
 
@@ -108,17 +122,31 @@ def test_verify_in_the_root_fails_without_the_program(installed_root: Path) -> N
     assert rc != 0 and f"Command {program} is not executable" in out, out
 
 
-def test_the_documentation_is_where_the_unit_points(installed_root: Path) -> None:
+def test_the_documentation_is_the_man_pages_the_install_puts_where_man_looks(
+    installed_root: Path,
+) -> None:
+    """`systemctl help` shows `man:` pages only: the unit names the generated pages of man/,
+    and the install copies them into man's default path."""
     urls = unit_value("Documentation").split()
     assert urls
     for url in urls:
-        assert url.startswith("file:///"), url
-        path = Path(url.removeprefix("file://"))
-        assert path.is_relative_to(INSTALLED), url  # (what the install creates)
-        copy = installed_root / path.relative_to("/")
-        assert copy.is_file(), f"{url}: not created by the install steps of {GUIDE}"
-        # the copy of a README of the source, as it is there
-        assert copy.read_bytes() == (REPO / path.relative_to(INSTALLED)).read_bytes(), url
+        page = MAN_PAGE.fullmatch(url)
+        assert page, f"{url}: not a man: page"
+        name, section = page[1], page[2]
+        copy = installed_root / MAN_DIR.relative_to("/") / f"man{section}" / f"{name}.{section}"
+        assert copy.is_file(), f"{url}: not installed by the install steps of {GUIDE}"
+        assert copy.read_bytes() == (REPO / "man" / f"{name}.{section}").read_bytes(), url
+    searched = subprocess.run(
+        [require_tool("manpath"), "-g"], capture_output=True, text=True, check=True, env={}
+    )
+    assert str(MAN_DIR) in searched.stdout.strip().split(":"), searched.stdout
+
+
+def test_verify_in_the_root_fails_without_the_man_pages(installed_root: Path) -> None:
+    """The control: verify looks for the pages (and in the root: MANPATH)."""
+    shutil.rmtree(installed_root / MAN_DIR.relative_to("/"))
+    rc, out = verify(installed_root)
+    assert rc != 0 and "Command 'man sm-llm-exporter(1)' failed" in out, out
 
 
 def test_the_install_makes_every_configuration_directory_as_root(installed_root: Path) -> None:
@@ -137,15 +165,18 @@ def test_the_install_makes_every_configuration_directory_as_root(installed_root:
         assert made.stat().st_uid == 0 and made.stat().st_mode & 0o022 == 0, directory
 
 
-def test_verify_on_this_bare_host_names_only_the_program_not_installed() -> None:
-    """`systemd-analyze verify deploy/sm-llm-exporter.service` before the install: its one
-    complaint is ExecStart's program (deploy/README.md says so)."""
-    if INSTALLED.exists():  # (a CI machine is a fresh one: there this fails)
-        (pytest.fail if IN_CI else pytest.skip)(f"{INSTALLED} exists here: not a bare host")
+def test_verify_on_this_bare_host_names_only_the_program_and_pages_not_installed() -> None:
+    """`systemd-analyze verify deploy/sm-llm-exporter.service` before the install: its
+    complaints are ExecStart's program and the man pages (deploy/README.md says so)."""
+    installed = [INSTALLED, *(MAN_DIR / f"man{s}" / f"{n}.{s}" for n, s in man_pages())]
+    if any(p.exists() for p in installed):  # (a CI machine is a fresh one: there this fails)
+        (pytest.fail if IN_CI else pytest.skip)(f"{installed} exist here: not a bare host")
     analyze = require_tool("systemd-analyze")
+    require_tool("man")
     r = subprocess.run([analyze, "verify", str(UNIT)], capture_output=True, text=True, check=False)
     complaints = [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
     program = unit_value("ExecStart").split()[0]
     assert complaints == [
-        f"{UNIT.name}: Command {program} is not executable: No such file or directory"
+        f"{UNIT.name}: Command {program} is not executable: No such file or directory",
+        *(f"{UNIT.name}: Command 'man {n}({s})' failed with code 16" for n, s in man_pages()),
     ], complaints

@@ -148,10 +148,21 @@ def test_the_config_is_read_where_it_is_and_the_secrets_come_as_credentials() ->
     assert "install -m 0600 web-config.yml /etc/sm-llm-exporter/tls/" in guide
 
 
-def test_systemd_analyze_verify_passes(unit_copy: Path) -> None:
+def test_systemd_analyze_verify_passes(unit_copy: Path, tmp_path: Path) -> None:
+    """(verify runs `man` for each page of `Documentation=`: here the repository's man/, laid
+    out as the install lays it out.)"""
     analyze = require_tool("systemd-analyze")
+    require_tool("man")
+    pages = tmp_path / "man"
+    for page in (REPO / "man").iterdir():
+        (pages / f"man{page.suffix[1:]}").mkdir(parents=True, exist_ok=True)
+        shutil.copy(page, pages / f"man{page.suffix[1:]}" / page.name)
     r = subprocess.run(
-        [analyze, "verify", str(unit_copy)], capture_output=True, text=True, check=False
+        [analyze, "verify", str(unit_copy)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "MANPATH": str(pages)},
     )
     complaints = [line for line in (r.stdout + r.stderr).splitlines() if unit_copy.name in line]
     assert r.returncode == 0 and not complaints, r.stdout + r.stderr

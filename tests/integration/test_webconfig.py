@@ -35,7 +35,7 @@ from support.served import Served, client_context
 from support.tools import wait_for, yaml_text
 from support.webconfigs import HASH, PASSWORD, problems, tls_config, write
 
-# what a client sees of a refused handshake (asyncio sends no TLS alert: see the README)
+# what a client sees of a refused handshake (asyncio sends no TLS alert)
 REFUSED = (ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)
 
 

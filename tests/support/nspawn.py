@@ -12,7 +12,8 @@ host's: an sshd the test runs there is reachable from the service). Commands run
 The install is deploy/README.md's steps, with two stand-ins: the venv at /opt/sm-llm-exporter is
 made with the container's `python3 -m venv` and filled by `pip install --no-index` from wheels
 built on the host beforehand (the same package and dependencies, without a network install in
-every test session), and the source tree is bound read-only at /src.
+every test session), and the source tree is bound read-only at /src. The man pages go where the
+install puts them, /usr/local/share/man: a tmpfs of the container's over the read-only /usr.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ STOP_S = 20.0  # an orderly shutdown, then it is killed
 COMMAND_S = 120.0  # one command inside, at most
 SOURCE = Path("/src")  # the source tree, inside
 VENV = Path("/opt/sm-llm-exporter")
+MAN_DIR = Path("/usr/local/share/man")  # (the install's man pages: a tmpfs over the host's)
 
 
 def usable() -> None:
@@ -118,6 +120,7 @@ class Container:
             "--register=no",
             "--keep-unit",
             "--bind-ro=/usr",
+            f"--tmpfs={MAN_DIR}:mode=0755",
             f"--bind-ro={REPO}:{SOURCE}",
             *self.binds,
             "--console=read-only",
@@ -208,15 +211,15 @@ class Container:
 
 def install(c: Container, wheelhouse: str) -> None:
     """The exporter installed as deploy/README.md's Install says (see the module docstring for
-    the venv's stand-in): the unit, the config directory with ssh/ and tls/, the READMEs."""
+    the venv's stand-in): the unit, the man pages, the config directory with ssh/ and tls/."""
     c.sh(
         f"""
         python3 -m venv {VENV}
         {VENV}/bin/pip install -q --no-index --find-links {wheelhouse} 'sm-llm-exporter[journal]'
         cd {SOURCE}
-        install -m 0644 -D README.md {VENV}/README.md
-        install -m 0644 -D deploy/README.md {VENV}/deploy/README.md
         install -m 0644 deploy/sm-llm-exporter.service /etc/systemd/system/
+        install -m 0644 -D man/sm-llm-exporter.1 {MAN_DIR}/man1/sm-llm-exporter.1
+        install -m 0644 -D man/sm-llm-exporter.yaml.5 {MAN_DIR}/man5/sm-llm-exporter.yaml.5
         install -d -m 0755 /etc/sm-llm-exporter /etc/sm-llm-exporter/ssh /etc/sm-llm-exporter/tls
         systemctl daemon-reload
         """,

@@ -1,20 +1,22 @@
-"""The README as the tests read it: its metric table, its links."""
+"""The metrics page as the tests read it: docs/metrics.md's metric table (its `## Metrics`
+section), which the exposition, daemon and rules tests hold against what is served."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from support.tools import REPO
 
-README = REPO / "README.md"
+METRICS_PAGE = REPO / "docs" / "metrics.md"
 
 
 def metric_table() -> dict[str, tuple[str, str, str]]:
-    """The "## Metrics" section's table: name -> (type, labels, meaning)."""
-    text = README.read_text(encoding="utf-8")
-    section = re.search(r"^## Metrics\n(.*?)^## ", text, re.MULTILINE | re.DOTALL)
-    assert section, "README.md has no ## Metrics section"
+    """docs/metrics.md's "## Metrics" section's table: name -> (type, labels, meaning), from rows
+    `| `smllm_NAME` | TYPE | LABELS | MEANING |` (the section runs to the next `## ` heading or
+    the page's end)."""
+    text = METRICS_PAGE.read_text(encoding="utf-8")
+    section = re.search(r"^## Metrics\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
+    assert section, f"{METRICS_PAGE.relative_to(REPO)} has no ## Metrics section"
     rows: dict[str, tuple[str, str, str]] = {}
     for line in section.group(1).splitlines():
         m = re.fullmatch(r"\| `(smllm_\w+)` \| (\w+) \| ([^|]+) \| (.+) \|", line)
@@ -23,10 +25,3 @@ def metric_table() -> dict[str, tuple[str, str, str]]:
             rows[m.group(1)] = (m.group(2), m.group(3).strip(), m.group(4))
     assert len(rows) >= 30, sorted(rows)
     return rows
-
-
-def relative_links(path: Path = README) -> list[str]:
-    """The targets of a Markdown file's links and images that are paths in the repository."""
-    text = path.read_text(encoding="utf-8")
-    targets = re.findall(r"\]\(([^)\s]+)\)", text)
-    return [t for t in targets if not re.match(r"[a-z]+:", t) and not t.startswith("#")]

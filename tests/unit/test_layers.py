@@ -61,7 +61,7 @@ LEVELS: list[set[str]] = [
     {"exporter.sources.registry"},
     {"exporter.config.document"},
     {"exporter.config.schema"},
-    {"exporter.config.load", "exporter.config.changes"},
+    {"exporter.config.load", "exporter.config.changes", "exporter.config.reference"},
     {"exporter.sources.entries"},
     {"exporter.sources.lines"},
     {

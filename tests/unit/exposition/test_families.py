@@ -1,5 +1,5 @@
-"""The family table: names, types and labels as Prometheus takes them, and the README's metric
-table (## Metrics) holds exactly its families, with their types and labels."""
+"""The family table: names, types and labels as Prometheus takes them, and the metrics page's
+table (docs/metrics.md, ## Metrics) holds exactly its families, with their types and labels."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-def readme_labels(text: str) -> set[str]:
-    """A README row's labels: `node, kind (and `le`)` -> {node, kind}; `none` -> {}."""
+def page_labels(text: str) -> set[str]:
+    """A metrics page row's labels: `node, kind (and `le`)` -> {node, kind}; `none` -> {}."""
     text = re.sub(r"\(.*?\)", "", text).strip()
     return set() if text == "none" else {label.strip() for label in text.split(",")}
 
@@ -33,16 +33,18 @@ def test_each_family_is_named_once_with_labels_prometheus_takes() -> None:
         assert "node" not in f.labels or f.labels[0] == "node", f.name
 
 
-def test_the_readme_table_has_every_family_and_no_other() -> None:
+def test_the_metrics_page_has_every_family_and_no_other() -> None:
     table = metric_table()
     assert sorted(table) == sorted(f.sample_name for f in FAMILIES)
 
 
-def test_the_readme_table_gives_each_familys_type_and_labels() -> None:
+def test_the_metrics_page_gives_each_familys_type_and_labels() -> None:
     table = metric_table()
     wrong = []
     for f in FAMILIES:
         kind, labels, _ = table[f.sample_name]
-        if kind != f.type or readme_labels(labels) != set(f.labels):
-            wrong.append(f"{f.sample_name}: README {kind} [{labels}], served {f.type} {f.labels}")
+        if kind != f.type or page_labels(labels) != set(f.labels):
+            wrong.append(
+                f"{f.sample_name}: metrics page {kind} [{labels}], served {f.type} {f.labels}"
+            )
     assert wrong == []
