@@ -2,9 +2,10 @@
 
 `SnapshotCollector` is a prometheus_client collector of the family table (`families.FAMILIES`)
 over whichever snapshot is current: what `generate_latest` writes of it is the reference that the
-fast renderer (`render.py`) writes byte for byte, quicker. `ProcessMetrics` renders the
-exporter process's own `process_*` and `python_*` metrics, which follow the snapshot's on
-/metrics. This is the one module that imports prometheus_client.
+fast renderer (`render.py`) writes byte for byte, quicker. `ProcessReference` is
+prometheus_client's rendering of the process's own `process_*` and `python_*` metrics, which
+`process.py` writes without it. This is the one module that imports prometheus_client; the
+daemon does not import it.
 """
 
 from __future__ import annotations
@@ -91,9 +92,9 @@ def _histogram(family: Family, snap: Snapshot) -> Metric:
     return metric
 
 
-class ProcessMetrics:
-    """The exporter process's own metrics (CPU, memory, descriptors, the Python build), as
-    prometheus_client writes them."""
+class ProcessReference:
+    """The process's own metrics as prometheus_client's collectors write them: the original
+    that `process.ProcessMetrics` is held to."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)

@@ -5,7 +5,7 @@ at about 0.6 ms a node (dicts, label validation and sorting for every sample). `
 the same text itself from label strings made once per shape of snapshot (`families.shape`), and
 keeps each series' line until its value changes: byte for byte what `generate_latest` writes of
 `reference.SnapshotCollector` (a test holds them equal), at a tenth of the cost or less.
-prometheus_client still renders the process's own metrics (`reference.ProcessMetrics`).
+The process's own metrics follow (`process.ProcessMetrics`).
 """
 
 from __future__ import annotations
@@ -32,26 +32,13 @@ from exporter.exposition.families import (
     le,
     shape,
 )
-from exporter.exposition.reference import ProcessMetrics
+from exporter.exposition.numbers import go_float
+from exporter.exposition.process import ProcessMetrics
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
-_SPECIAL = {"inf": "+Inf", "-inf": "-Inf", "nan": "NaN"}
 _BOUND = "\x00"  # where a bucket's bound goes in its prefix
-GO_EXPONENT_DIGITS = 6  # digits before the point past which Go writes an exponent
-
-
-def go_float(value: float) -> str:
-    """prometheus_client's `floatToGoString`, quicker on the finite values snapshots hold."""
-    s = repr(float(value))
-    dot = s.find(".")
-    if dot < 0:  # inf, nan, or already in exponent form
-        return _SPECIAL.get(s, s)
-    if dot > GO_EXPONENT_DIGITS and value > 0:  # Go switches to exponents sooner than Python
-        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.")
-        return f"{mantissa}e+{dot - 1:02d}"
-    return s
 
 
 def escape(value: str) -> str:

@@ -48,7 +48,7 @@ LEVELS: list[set[str]] = [
     {"exporter.accounting.figures"},
     {"exporter.accounting.watermark", "exporter.accounting.intake"},
     {"exporter.accounting.accounting"},
-    {"exporter.accounting.lanes", "exporter.exposition.families"},
+    {"exporter.accounting.lanes", "exporter.exposition.families", "exporter.exposition.numbers"},
     {"exporter.config.redact", "exporter.config.files", "exporter.config.values"},
     {"exporter.config.errors", "exporter.config.checker"},
     {"exporter.sources.base", "exporter.sources.kind"},
@@ -79,7 +79,12 @@ LEVELS: list[set[str]] = [
         "exporter.startup.vllmwatch",
     },
     {"exporter.web.timeline"},
-    {"exporter.startup.tables", "exporter.exposition.reference", "exporter.report.text"},
+    {
+        "exporter.startup.tables",
+        "exporter.exposition.reference",
+        "exporter.exposition.process",
+        "exporter.report.text",
+    },
     {
         "exporter.checkpoint.codec",
         "exporter.exposition.render",

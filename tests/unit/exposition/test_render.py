@@ -23,7 +23,8 @@ from exporter.accounting.accounting import Accounting
 from exporter.base.kinds import DEFAULT_RULES, Kinds
 from exporter.base.records import Interval
 from exporter.base.times import SECOND
-from exporter.exposition.render import Renderer, go_float
+from exporter.exposition.numbers import go_float
+from exporter.exposition.render import Renderer
 
 from support.exposition import (
     START,
