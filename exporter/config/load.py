@@ -32,7 +32,7 @@ from exporter.config.values import (
 )
 from exporter.parse.tokens import MAX_SLOTS
 from exporter.sources.inittimeline import InitTimelineNode
-from exporter.sources.kind import NodeEntry
+from exporter.sources.kind import Needs, NodeEntry
 from exporter.sources.registry import ALL_SOURCES, ANY_NODE_KEY, KINDS, AnyNode, NodeConfig
 
 _POSITIVE = "must be a positive integer"
@@ -194,8 +194,8 @@ def _node(
     if kind.source not in available:
         checker.problem(
             f"{path}.source",
-            f"source {kind.source!r} is not available in this "
-            f"version (available: {', '.join(sorted(available))})",
+            f"source {kind.source!r} is not available in this installation"
+            f"{_needs(kind.needs)} (available: {', '.join(sorted(available))})",
         )
     n = checker.mapping(item, path, kind.keys)
     name = checker.get(
@@ -238,3 +238,8 @@ def _misspelled_source(item: dict[Any, Any]) -> bool:
         for key in item
         if key not in ANY_NODE_KEY and key_shown(key)
     )
+
+
+def _needs(needs: Needs | None) -> str:
+    """What an unavailable kind needs installed, as a problem says it."""
+    return f": {needs.install}" if needs is not None else ""

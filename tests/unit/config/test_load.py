@@ -433,6 +433,10 @@ def test_every_problem_at_once_sorted_by_line() -> None:
     assert lines == sorted(lines)
 
 
+JOURNAL_NEEDS = (
+    "source 'journal' is not available in this installation: the journal source needs "
+    "systemd-python: pip install 'sm-llm-exporter[journal]'"
+)
 MIXED = y(
     "listen: nope",
     "nodes:",
@@ -445,8 +449,9 @@ MIXED = y(
 def test_unavailable_sources_are_problems_listed_with_the_rest() -> None:
     assert problems(MIXED, available=frozenset({"file"})) == [
         'cfg.yaml:1: listen: must be "HOST:PORT" or ":PORT" with a port 0..65535, got \'nope\'',
-        "cfg.yaml:4: nodes[1].source: source 'journal' is not available in this version (available: file)",
-        "cfg.yaml:5: nodes[2].source: source 'ssh' is not available in this version (available: file)",
+        f"cfg.yaml:4: nodes[1].source: {JOURNAL_NEEDS} (available: file)",
+        "cfg.yaml:5: nodes[2].source: source 'ssh' is not available in this installation "
+        "(available: file)",
         "cfg.yaml:5: nodes[2].port: must be a port 1..65535, got 0",
     ]
 
@@ -460,7 +465,7 @@ def test_unavailable_sources_are_the_only_problems_of_an_otherwise_good_config()
     )
     assert len(good(text).nodes) == 3
     assert problems(text, available=frozenset({"file", "ssh"})) == [
-        "cfg.yaml:2: nodes[0].source: source 'journal' is not available in this version (available: file, ssh)",
+        f"cfg.yaml:2: nodes[0].source: {JOURNAL_NEEDS} (available: file, ssh)",
     ]
 
 
