@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter.base.kinds import Kinds, split_rules
-from exporter.base.records import Batch
+from exporter.base.records import L_TIME_US, Batch
 from exporter.base.times import iso
 from exporter.commands.loading import load_config
 from exporter.commands.output import put
@@ -106,9 +106,9 @@ def _report(o: ReportOptions) -> int:
         if why:
             raise Refused(why)
         replay = openmetrics.Replay(names, s, o.since_us, o.until_us, o.step_us)
-    failed, entries = _read(nodes, o.since_us, o.until_us + s.max_request_us, builder, replay)
+    failed, found = _read(nodes, o.since_us, o.until_us, s.max_request_us, builder, replay)
     r = builder.finish()
-    _tell(r, failed, entries, len(nodes))
+    _tell(r, failed, found, len(nodes))
     code = 1 if failed else 0
     if replay is not None:
         from exporter.commands import backfill
@@ -154,23 +154,27 @@ def _read(
     nodes: tuple[NodeConfig, ...],
     since_us: int,
     until_us: int,
+    past_us: int,
     builder: Builder,
     replay: openmetrics.Replay | None,
-) -> tuple[dict[str, str], int]:
+) -> tuple[dict[str, str], bool]:
     """Every node's window into the builder (and the replay): the nodes that could not be
-    read (why, by node) and the entries read."""
-    entries = 0
+    read (why, by node), and whether any line read lies in [since, until] (a dump is read
+    whole: its entries outside the window do not count)."""
+    found = False
 
     def add(batch: Batch) -> None:
-        nonlocal entries
-        entries += batch.entries
+        nonlocal found
+        if not found and (batch.newest_us is None or batch.newest_us >= since_us):
+            found = any(since_us <= line[L_TIME_US] <= until_us for line in batch.lines)
         builder.add(batch)
         if replay is not None:
             replay.add(batch)
 
     progress = _progress if sys.stderr.isatty() else None
-    failed = asyncio.run(sources.read_windows(nodes, since_us, until_us, add, progress))
-    return failed, entries
+    read_until = until_us + past_us
+    failed = asyncio.run(sources.read_windows(nodes, since_us, read_until, add, progress))
+    return failed, found
 
 
 def _progress(node: str, entries: int, reached_us: int | None) -> None:
@@ -180,13 +184,13 @@ def _progress(node: str, entries: int, reached_us: int | None) -> None:
     sys.stderr.flush()
 
 
-def _tell(r: Report, failed: dict[str, str], entries: int, nodes: int) -> None:
+def _tell(r: Report, failed: dict[str, str], found: bool, nodes: int) -> None:
     """Logs what the report's figures do not show: an empty window, the lines that did not
     parse, the nodes that could not be read."""
-    if not failed and not entries:
+    if not failed and not found:
         log.warning(
-            "the window %s .. %s holds no journal entries of any node (check --since, --until "
-            "and the nodes' unit)",
+            "the window %s .. %s holds no journal entries of any node, none that may hold a "
+            "request (check --since, --until and the nodes' unit)",
             iso(r.since_us),
             iso(r.until_us),
         )

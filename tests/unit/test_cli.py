@@ -81,3 +81,24 @@ def test_report_html_goes_to_output_whole_with_the_texts_tables(
     missing = tmp_path / "no-such-dir" / "r.html"
     assert cli.main(["report", *window, *inputs, "--format", "html", "--output", str(missing)]) == 1
     assert f"cannot write {missing}: No such file or directory" in caplog.text
+
+
+def test_a_window_beside_a_dumps_entries_says_it_holds_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dump is read whole: its entries outside the window do not make the window hold any."""
+    dump = tmp_path / "a.log"
+    dump.write_text(
+        "2026-09-22T07:31:04.127792+0000 node0 sm-llm[4242]: slot print_timing: id  0 | "
+        "task 36 |       total time =   47390.06 ms /   730 tokens\n"
+    )
+    empty = "holds no journal entries of any node"
+    window = ["--since", "2026-09-22T08:00:00", "--until", "2026-09-22T09:00:00"]
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(["report", *window, "--input", f"a={dump}"]) == 0
+    assert empty in caplog.text
+    caplog.clear()
+    window = ["--since", "2026-09-22T07:00:00", "--until", "2026-09-22T08:00:00"]
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(["report", *window, "--input", f"a={dump}"]) == 0
+    assert empty not in caplog.text
