@@ -58,11 +58,11 @@ PURE_OTHER ?= tests/integration/test_lines.py tests/integration/test_file_source
 # The unit tests run on both cores (no process, no port: nothing they could share), their
 # coverage of the package measured and printed; the others one at a time, as they start real
 # processes and wait on them (untraced: tracing them would take the suite past ten minutes).
+# The pure-Python reruns share both cores too: none of them measures a latency.
 pytest: venv
 	$(BIN)/pytest -q -m unit -n 2 --cov=exporter --cov-report=term:skip-covered
 	$(BIN)/pytest -m "not unit"
-	SMLLM_PURE_PYTHON=1 $(BIN)/pytest -q -n 2 $(PURE_UNIT)
-	SMLLM_PURE_PYTHON=1 $(BIN)/pytest -q $(PURE_OTHER)
+	SMLLM_PURE_PYTHON=1 $(BIN)/pytest -q -n 2 $(PURE_UNIT) $(PURE_OTHER)
 
 # The unit tests alone (no process, no network), fewer random cases each: under a minute.
 unit: venv

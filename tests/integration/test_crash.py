@@ -363,7 +363,7 @@ def count_lines(paths: Mapping[str, Path]) -> dict[str, int]:
 
 # -- 1. SIGKILL at many points while a large dump is read and lines keep coming ---------------
 
-BACKLOG_HOURS = 120  # ~345k lines a node
+BACKLOG_HOURS = 72  # ~207k lines a node
 SLICES = 4  # the backlog is written in this many slices, one before each of the first runs
 LIVE_SECONDS = 25
 MIN_KILLS = 12
