@@ -393,7 +393,7 @@ def progressed(d: DaemonProcess, nodes: Iterable[str], entries_before: int) -> b
 def restart(d: DaemonProcess, watch: Watch, nodes: Iterable[str]) -> int:
     """A run started; the entries it serves first (the checkpoint the last kill left, or more)."""
     d.start()
-    return sum(entries(watch.check(d.scrape(), d.run), nodes).values())
+    return sum(entries(watch.checked(d.scrape, d.run), nodes).values())
 
 
 @pytest.mark.slow
@@ -453,7 +453,7 @@ def test_sigkill_at_many_points(tmp_path: Path) -> None:
             final = wait_for(
                 lambda: settled(d, expected_lines, writer.last_us), 60, "the last run caught up"
             )
-            watch.check(d.scrape(), d.run)
+            watch.checked(d.scrape, d.run)
             # no scrape in flight at SIGTERM: one then makes the daemon log a CancelledError
             # traceback from exporter/web/server.py on its way out, which is not what this test is about
             watch.stop()

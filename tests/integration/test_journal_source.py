@@ -516,6 +516,17 @@ class NeverBack:
         self.errors: list[str] = []
         self.scrapes = 0
         self.lock = threading.Lock()
+        # a scrape and its check, one at a time: a scrape answered earlier (older values) but
+        # checked after one answered later would read as values going back
+        self.order = threading.Lock()
+
+    def scraped(self, d: DaemonProcess) -> Samples | None:
+        """A scrape of `d`, checked in the order the scrapes were answered; None if none."""
+        with self.order:
+            samples = d.scrape()
+            if samples is not None:
+                self.check(samples, d.runs)
+            return samples
 
     def check(self, samples: Samples, run: int) -> None:
         with self.lock:
@@ -623,9 +634,7 @@ class Scraper(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(0.02):
-            samples = self.d.scrape()
-            if samples is not None:
-                self.never_back.check(samples, self.d.runs)
+            self.never_back.scraped(self.d)
 
 
 def total(samples: Samples, name: str, **labels: str) -> float:
@@ -664,10 +673,9 @@ def test_sigkill_mid_stream_never_goes_back_and_ends_exact(tmp_path: Path) -> No
     written: list[int] = []  # entries in the journal at each kill
 
     def progressed(base: float, more: int) -> Samples | None:
-        s = d.scrape()
+        s = never_back.scraped(d)
         if s is None:
             return None
-        never_back.check(s, d.runs)
         return s if total(s, "smllm_source_entries_total") >= base + more else None
 
     try:
@@ -688,10 +696,9 @@ def test_sigkill_mid_stream_never_goes_back_and_ends_exact(tmp_path: Path) -> No
         assert not feeder.is_alive() and feeder.error is None, feeder.error
 
         def final() -> Samples | None:
-            s = d.scrape()
+            s = never_back.scraped(d)
             if s is None:
                 return None
-            never_back.check(s, d.runs)
             done = all(
                 sample(s, "smllm_source_entries_total", node=n) == want
                 for n, want in expected.items()

@@ -10,7 +10,8 @@
 - `Watch`: scrapes over and over in a thread, as a very eager Prometheus, across daemon
   restarts; every counter (histograms' buckets, counts and sums included) and the gauges that
   must not go back (the watermark, each node's last request end) must never be served lower
-  than before.
+  than before. Scrapes are checked in the order they were answered: the test's own go through
+  `checked`, one at a time with the thread's.
 """
 
 from __future__ import annotations
@@ -149,10 +150,20 @@ class Watch:
         self.last: Samples = {}
         self._halt = threading.Event()
         self._lock = threading.Lock()
+        # a scrape and its check, one at a time: a scrape answered earlier (older values) but
+        # checked after one answered later would read as values going back
+        self._order = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="watch", daemon=True)
 
+    def checked(self, fetch: Callable[[], str], run: int | None = None) -> Samples:
+        """A scrape the test makes itself (`fetch` returns its text), checked in turn with the
+        thread's: never between one of theirs and its check. Its samples."""
+        with self._order:
+            return self.check(fetch(), run)
+
     def check(self, text: str, run: int | None = None) -> Samples:
-        """One scrape's text (from the thread, or one the test made itself); its samples."""
+        """One scrape's text; its samples. A test's own scrape while the thread runs goes
+        through `checked` (a text scraped outside it may be checked out of order)."""
         run = self.run() if run is None else run
         samples, kept = never_back(text)
         with self._lock:
@@ -183,10 +194,11 @@ class Watch:
     def _loop(self) -> None:
         try:
             while not self._halt.is_set():
-                url, run = self.url(), self.run()
-                got = answer(url + "/metrics") if url is not None else None
-                if got is not None and got[0] == 200:
-                    self.check(got[1].decode(), run)
+                with self._order:
+                    url, run = self.url(), self.run()
+                    got = answer(url + "/metrics") if url is not None else None
+                    if got is not None and got[0] == 200:
+                        self.check(got[1].decode(), run)
                 self._halt.wait(self.every)
         except BaseException as e:  # seen by the test, not lost in a thread
             self.errors.append(e)
