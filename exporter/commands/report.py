@@ -222,7 +222,7 @@ def _text(r: Report, o: ReportOptions, cfg: Config) -> str:
             return tables.startups_json(r.startups, o.factor, cfg.unit, r.since_us, r.until_us)
         return tables.startups_text(r.startups, o.factor, cfg.unit)
     if o.format == "html":
-        from exporter.web import pages  # (the text and JSON need none of it
+        from exporter.web import report_page as pages  # (the text and JSON need none of it
 
         return pages.report_html(r)
     return text.render(r, o.format)

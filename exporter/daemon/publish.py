@@ -25,7 +25,7 @@ from exporter.daemon.logger import log
 from exporter.daemon.resume import state_values
 from exporter.exposition.published import Published
 from exporter.exposition.render import Renderer
-from exporter.web import pages
+from exporter.web import status_page as pages
 from exporter.web.routes import Page, Site
 
 # what the status pages show besides the snapshot, taken with it: when, each node's recent

@@ -16,7 +16,7 @@ import pytest
 
 from exporter.accounting.lanes import BINS
 from exporter.base.times import SECOND
-from exporter.web import pages
+from exporter.web import report_page as pages
 
 from support.browser import dump_dom, screenshot, screenshot_dir
 from support.dom import parse, request_rects

@@ -43,6 +43,7 @@ LEVELS: list[set[str]] = [
         "exporter.startup.vllm",
         "exporter.accounting.settings",
         "exporter.accounting.sweep",
+        "exporter.accounting.idle",
     },
     {"exporter.startup.llama"},
     {"exporter.accounting.figures"},
@@ -79,6 +80,7 @@ LEVELS: list[set[str]] = [
         "exporter.startup.vllmwatch",
     },
     {"exporter.web.timeline"},
+    {"exporter.web.document"},
     {
         "exporter.startup.tables",
         "exporter.exposition.reference",
@@ -89,7 +91,8 @@ LEVELS: list[set[str]] = [
         "exporter.checkpoint.codec",
         "exporter.exposition.render",
         "exporter.daemon.notify",
-        "exporter.web.pages",
+        "exporter.web.status_page",
+        "exporter.web.report_page",
     },
     {"exporter.report.openmetrics", "exporter.exposition.published"},
     {

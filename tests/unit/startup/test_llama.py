@@ -492,7 +492,7 @@ def test_report_startups_refuses_formats_it_has_not(
 
 
 def test_the_status_page_says_a_server_is_starting_and_how_long_it_took() -> None:
-    from exporter.web import pages
+    from exporter.web import status_page as pages
 
     def view(acc: Accounting, now_us: int) -> pages.StatusView:
         return pages.StatusView(

@@ -1,4 +1,4 @@
-"""The status page, /api/status and the HTML report: server-rendered HTML with inline SVG.
+"""The status page and /api/status: what the daemon serves at `/`, as HTML with inline SVG.
 
 Pure: each function turns what it is handed into a document (no clock, no I/O, no JavaScript).
 Every text that comes from outside (node names, errors, kind names) is escaped. The charts are
@@ -45,34 +45,12 @@ from exporter.accounting.lanes import (
 from exporter.base.kinds import Kinds
 from exporter.base.records import LOST_REASON, Interval
 from exporter.base.times import SECOND
-from exporter.report.text import median_us, to_text
-from exporter.report.window import Report
 from exporter.web import svg, timeline
-from exporter.web.svg import STEP_FILL, duration, when
-from exporter.web.timeline import BIN_FILL
+from exporter.web.document import binned_note, document
+from exporter.web.svg import duration, when
 
 STATUS_MAX_RECTS = 4000  # finished intervals the status page draws one by one, then bins
 API_REQUESTS = 1000  # a node's requests /api/status lists (the newest of the window)
-MIN_SVG_PX = 900  # narrower screens scroll the timeline sideways (its labels stay readable)
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1em;color:#222}
-h1{font-size:1.3em;margin:.2em 0}h2{font-size:1.1em;margin:1.2em 0 .4em}
-.meta{color:#555;margin:.2em 0}.wrap{overflow-x:auto;-webkit-overflow-scrolling:touch}
-table{border-collapse:collapse;white-space:nowrap}
-th,td{padding:.25em .6em;border-bottom:1px solid #ddd;text-align:left}
-th{background:#f3f3f3;font-weight:600}td.num{text-align:right}
-.busy{color:#2e7d32;font-weight:600}.idle{color:#777}.bad{color:#c62828}
-.err{white-space:normal;max-width:28em;color:#c62828}
-svg{display:block;width:100%;min-width:MINpx;max-width:1600px;height:auto}
-svg text{font:12px system-ui,sans-serif;fill:#333}svg .tick{fill:#666}
-.legend{display:flex;flex-wrap:wrap;gap:.3em 1.2em;margin:.4em 0;color:#444}
-.legend i{display:inline-block;width:.9em;height:.9em;margin-right:.3em;vertical-align:-.1em}
-pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:13px}
-.note{background:#fff8e1;padding:.3em .6em;border-left:3px solid #f9a825}
-svg .track{fill:#f1f1f1}svg .bin{fill:BIN}svg .step{fill:STEP}
-"""
-CSS = CSS.replace("MIN", str(MIN_SVG_PX)).replace("BIN", BIN_FILL).replace("STEP", STEP_FILL)
 
 
 @dataclass(frozen=True)
@@ -112,14 +90,14 @@ def status_html(view: StatusView) -> bytes:
         "<th>in flight (oldest)</th><th>last request end</th><th>journal</th><th>lag</th>"
         f"<th>server</th><th>last error</th></tr></thead><tbody>{rows}</tbody></table></div>"
         f"<h2>Last {duration(view.window_us)}</h2>"
-        f"{_binned_note(window)}{''.join(f'<p class=note>{escape(t)}</p>' for t in notes)}"
+        f"{binned_note(window)}{''.join(f'<p class=note>{escape(t)}</p>' for t in notes)}"
         f"<div class=wrap>{timeline.draw(window, view.kinds, steps, view.in_flight, now)}</div>"
         f"{timeline.legend(view.kinds, in_flight=True, binned=window.binned)}"
         '<p class=meta><a href="metrics">/metrics</a> · <a href="api/status">/api/status</a>'
         f" · sm-llm-exporter {escape(view.version)}</p>"
     )
     head = f'<meta http-equiv="refresh" content="{int(view.refresh_s)}">'
-    return _document("sm-llm-exporter status", head, body).encode("utf-8", "replace")
+    return document("sm-llm-exporter status", head, body).encode("utf-8", "replace")
 
 
 def status_json(view: StatusView) -> bytes:
@@ -230,61 +208,7 @@ def _status_row(n: NodeSnapshot, view: StatusView) -> str:
     )
 
 
-# -- the report ----------------------------------------------------------------------------------
-
-
-def report_html(r: Report) -> str:
-    """One self-contained HTML document (it loads nothing, runs nothing): the seed's tables,
-    the window's timeline, how many nodes worked at once and the mix of kinds. The report must
-    hold its timeline (report.Builder's `timeline=True`)."""
-    w = r.timeline
-    if w is None:
-        raise ValueError("report_html needs a report with its timeline (Builder(timeline=True))")
-    wall_us = r.until_us - r.since_us
-    calls = {k: (len(c), median_us(c)) for k, c in r.durations_us.items()}
-    body = (
-        f"<h1>sm-llm-exporter report</h1><p class=meta>{when(r.since_us)} to "
-        f"{when(r.until_us)} ({duration(wall_us)})</p>"
-        f"<pre class=tables>{escape(to_text(r))}</pre>"
-        f"<h2>Timeline</h2>{_binned_note(w)}"
-        f"<div class=wrap>{timeline.draw(w, r.kinds, w.concurrency(), {}, None)}</div>"
-        f"{timeline.legend(r.kinds, in_flight=False, binned=w.binned)}"
-        "<h2>Nodes working at once</h2>"
-        f"<div class=wrap>{svg.histogram(r.snapshot.concurrency_us, wall_us)}</div>"
-        f"<h2>Kinds</h2><div class=wrap>{svg.mix(r.snapshot, r.kinds, wall_us, calls)}</div>"
-        f"{_parse_errors(r)}"
-    )
-    head = f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-    return _document(f"sm-llm-exporter report {when(r.since_us)}", head, body)
-
-
-def _parse_errors(r: Report) -> str:
-    named = [(node, e) for node, errors in r.errors.items() for e in errors]
-    if not named:
-        return ""
-    items = "".join(f"<li>{escape(node)}: {escape(e)}</li>" for node, e in named)
-    return f"<h2>Parse errors (the first few of each node)</h2><ul>{items}</ul>"
-
-
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _document(title: str, head: str, body: str) -> str:
-    return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f'{head}<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>{body}</body></html>\n"
-    )
-
-
-def _binned_note(w: Window) -> str:
-    if not w.binned:
-        return ""
-    return (
-        f"<p class=note>{w.intervals} intervals, more than the {w.max_rects} drawn one by one: "
-        f"binned, {w.bins} bins of {duration(w.bin_us)} each. A bar is the node's busy share "
-        "of the bin; the strip below, the mean number of nodes busy in it.</p>"
-    )
 
 
 def _ago(now_us: int, t_us: int) -> str:
