@@ -4,7 +4,8 @@
 fire every alert and series that must not) and `promtool check config` on the example run here
 with the real Debian promtool. The rest reads the files: every alert carries a severity, a
 summary, a description and a runbook, is tested both ways and is explained in docs/alerts.md; the
-idle-node alert needs no launch lines and leaves a stopped server to SmLlmServerDown; the
+idle-node alert needs no launch lines, compares a node with the known nodes only (journal
+followed, server not stopped) and leaves a stopped server to SmLlmServerDown; the
 dashboard is provisionable (a stable uid, a `datasource` variable used by every panel and query,
 a `job` variable and a multi-value `instance` variable that every query filters by, a
 multi-value `node` variable used by every per-node query) and every panel says what it shows
@@ -94,22 +95,23 @@ def names_in(expr: str) -> set[str]:
     return {n for n in NAME.findall(no_strings) if n.startswith(("smllm_", "smllm:")) or n == "up"}
 
 
-def depends_on(expr: str) -> set[str]:
-    """Every raw metric an expression reads, through the recording rules it uses."""
+def reaches(expr: str) -> set[str]:
+    """Every name an expression reads, itself or through the recording rules it uses."""
     defined = {r["record"]: str(r["expr"]) for r in recordings()}
     seen: set[str] = set()
     todo = list(names_in(expr))
-    raw: set[str] = set()
     while todo:
         name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
-        if name in defined:
-            todo.extend(names_in(defined[name]))
-        else:
-            raw.add(name)
-    return raw
+        todo.extend(names_in(defined.get(name, "")))
+    return seen
+
+
+def depends_on(expr: str) -> set[str]:
+    """Every raw metric an expression reads, through the recording rules it uses."""
+    return {name for name in reaches(expr) if name not in RECORD_NAMES}
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -222,11 +224,21 @@ def test_node_idle_alert() -> None:
     # Not while the exporter's scrape, the node's journal or its llama-server is down: other
     # alerts cover those.
     assert {"up", "smllm_source_up", "smllm_server_up"} <= raw
-    # The server's state only ever silences it (`unless`): a node whose journal never said
-    # anything about its server (no smllm_server_up series) is watched as before.
+    # The alert is the recorded condition the dashboard and the status page read, held 10m.
     expr = str(idle["expr"])
-    assert re.search(r"\bunless\s+(?:on\s*\([^)]*\)\s*)?smllm_server_up\s*==\s*0\b", expr), expr
-    assert not re.search(r"\band\b[^\n]*smllm_server_up", expr), expr
+    assert names_in(expr) & set(RECORD_NAMES) == {"smllm:node_idle_while_others_work"}, expr
+    # "The others" are the known nodes: the node count with sources down and servers stopped
+    # (smllm:nodes:count) never enters it.
+    reached = reaches(expr)
+    assert {"smllm:node_known", "smllm:known_nodes:count"} <= reached, reached
+    assert "smllm:nodes:count" not in reached and "smllm:nodes_busy:avg_rate5m" not in reached
+    # The server's state only ever takes a node out (`unless`): a node whose journal never said
+    # anything about its server (no smllm_server_up series) is known, and watched as before.
+    (known,) = [str(r["expr"]) for r in recordings() if r["record"] == "smllm:node_known"]
+    assert re.search(r"\bunless\s+\(?\s*smllm_server_up\s*==\s*0\b", known), known
+    for rule in recordings():
+        if rule["record"] in reached:
+            assert not re.search(r"\band\b[^\n]*smllm_server_up", str(rule["expr"])), rule
     fired_for = {
         alert["exp_labels"].get("node")
         for group in load_yaml(RULES_TEST)["tests"]
@@ -235,6 +247,23 @@ def test_node_idle_alert() -> None:
         for alert in case.get("exp_alerts") or []
     }
     assert fired_for and None not in fired_for, "SmLlmNodeIdle must carry the node label"
+
+
+def test_idle_rule_names() -> None:
+    """The recorded series the dashboard and the status page read by name; the perfect spread
+    still divides by every node followed."""
+    for name in (
+        "smllm:node_known",
+        "smllm:known_node_busy_share:rate5m",
+        "smllm:known_nodes:count",
+        "smllm:node_others_busy_share:rate5m",
+        "smllm:node_idle_while_others_work",
+    ):
+        assert name in RECORD_NAMES, name
+    (spread,) = [r for r in recordings() if r["record"] == "smllm:perfect_spread:ratio_rate5m"]
+    assert "smllm:nodes:count" in names_in(str(spread["expr"]))
+    (count,) = [r for r in recordings() if r["record"] == "smllm:nodes:count"]
+    assert depends_on(str(count["expr"])) == {"smllm_source_up"}
 
 
 def test_server_down_alert() -> None:
@@ -371,7 +400,7 @@ def test_every_datasource_is_the_variable() -> None:
 @pytest.mark.parametrize("title", [p["title"] for p in query_panels()])
 def test_panel(title: str) -> None:
     (panel,) = [p for p in query_panels() if p["title"] == title]
-    assert panel["type"] in {"timeseries", "stat", "state-timeline"}
+    assert panel["type"] in {"timeseries", "stat", "state-timeline", "table"}
     assert len(panel.get("description", "").split()) >= 15, "say what it shows and what to do"
     assert panel["datasource"] == DS
     assert panel["targets"]
