@@ -23,6 +23,7 @@ from typing import Any, cast
 from exporter.accounting import intake, watermark
 from exporter.accounting.contract import RECORD_TYPES
 from exporter.accounting.figures import KindCounters, NodeState, Snapshot, node_snapshot
+from exporter.accounting.history import History
 from exporter.accounting.settings import Settings
 from exporter.accounting.sweep import P_START, Pending, mix_labels_by_mask, sweep
 from exporter.base.records import Event, Interval, Record
@@ -79,6 +80,8 @@ class Accounting:
         # the compiled add_all's copy of `kind_of` (whose entries never change), by token
         # count: 1 + the kind's index in `sorted_kinds`, 0 when not known yet
         self.kind_cache = bytearray(KIND_CACHE_TOKENS if compiled is not None else 0)
+        # the samples the status page reads (the daemon's: a report takes none)
+        self.history: History | None = None
 
     def _new_node(self, name: str, newest_us: int) -> NodeState:
         zero = len(self.buckets_us) + 1
@@ -218,9 +221,25 @@ class Accounting:
         return watermark.holder(self.nodes, now_us, self.settings, self.now_us)
 
     def advance_to(self, until_us: int) -> None:
-        """Make the timeline figures final up to `until_us` (the report's end of window).
-        Compiled where it is built, unless a figure would not fit in 64 bits (or the pending
-        intervals are not what this class keeps): then in Python."""
+        """Make the timeline figures final up to `until_us` (the report's end of window),
+        taking the history's samples on the way. Compiled where it is built, unless a figure
+        would not fit in 64 bits (or the pending intervals are not what this class keeps):
+        then in Python."""
+        self._advance_to(until_us, self._sweep)
+
+    def advance_to_reference(self, until_us: int) -> None:
+        """`advance_to` in Python: the specification of the compiled sweep."""
+        self._advance_to(until_us, self._sweep_reference)
+
+    def _advance_to(self, until_us: int, sweep_to: Callable[[int], None]) -> None:
+        history = self.history
+        if history is not None:
+            for at_us in history.due(self.watermark_us, until_us):
+                sweep_to(at_us)
+                self._sample(history, at_us)
+        sweep_to(until_us)
+
+    def _sweep(self, until_us: int) -> None:
         lo = self.watermark_us
         if until_us <= lo:
             return
@@ -233,13 +252,23 @@ class Accounting:
             swept = sweep(self.pending, lo, until_us, len(self.node_names), len(self.kind_bit))
         self._add_swept(until_us, *swept)
 
-    def advance_to_reference(self, until_us: int) -> None:
-        """`advance_to` in Python: the specification of the compiled sweep."""
+    def _sweep_reference(self, until_us: int) -> None:
         lo = self.watermark_us
         if until_us <= lo:
             return
         swept = sweep(self.pending, lo, until_us, len(self.node_names), len(self.kind_bit))
         self._add_swept(until_us, *swept)
+
+    def _sample(self, history: History, at_us: int) -> None:
+        """The history's sample at `at_us` (the figures swept up to it)."""
+        states = [self.nodes[n] for n in history.nodes]
+        history.add(
+            at_us,
+            [ns.busy_us for ns in states],
+            self.concurrency_us,
+            [ns.up for ns in states],
+            [ns.up and ns.server_up != 0 for ns in states],
+        )
 
     def _add_swept(
         self,

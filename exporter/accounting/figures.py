@@ -110,6 +110,7 @@ class NodeSnapshot:
     starting_since_us: int | None = None  # when the start-up in progress began (None: none)
     starting_us: int = 0  # how long it has run, as of the latest `advance`
     last_start_us: int | None = None  # when the newest start-up began
+    start_lines: bool = False  # its llama-server logs launch lines (requests in flight known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,7 @@ def node_snapshot(
         late=ns.late,
         reconnects=ns.reconnects,
         gaps=ns.gaps,
+        start_lines=ns.start_lines,
         **_startup_figures(ns, now_us),
     )
 

@@ -85,15 +85,21 @@ class Recent:
         old = self.rings
         self.rings = {n: old[n] if n in old else deque(maxlen=self.size) for n in wanted}
 
-    def copy(self, since_us: int | None = None) -> dict[str, tuple[Interval, ...]]:
+    def copy(
+        self, since_us: int | None = None, newest: int | None = None
+    ) -> dict[str, tuple[Interval, ...]]:
         """Each node's ring as it is (its intervals ending at `since_us` or later: the older
-        ones, oldest first, are dropped from the ring now). A ring that did not change since
-        the last copy costs nothing: its tuple is the last one."""
+        ones, oldest first, are dropped from the ring now), or only its `newest` intervals. A
+        ring that did not change since the last whole copy costs nothing: its tuple is the
+        last one."""
         out = {}
         for n, ring in self.rings.items():
             if since_us is not None:
                 while ring and ring[0][I_END_US] < since_us:
                     ring.popleft()
+            if newest is not None and len(ring) > newest:
+                out[n] = tuple(ring[-k] for k in range(newest, 0, -1))
+                continue
             last = self._copies.get(n)
             if (
                 last is None
@@ -102,6 +108,15 @@ class Recent:
             ):
                 last = self._copies[n] = (ring[-1] if ring else None, tuple(ring))
             out[n] = last[1]
+        return out
+
+    def counts(self, since_us: int) -> dict[str, int]:
+        """Each node's intervals ending at `since_us` or later (the older ones are dropped)."""
+        out = {}
+        for n, ring in self.rings.items():
+            while ring and ring[0][I_END_US] < since_us:
+                ring.popleft()
+            out[n] = len(ring)
         return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from exporter.accounting.accounting import Accounting
+from exporter.accounting.history import History
 from exporter.accounting.lanes import Recent
 from exporter.base.times import SECOND
 from exporter.config.schema import Config
@@ -41,5 +42,8 @@ class Core:
 
 
 def accounting_for(config: Config, origin_us: int) -> Accounting:
-    """A fresh accounting as `config` says, counting from `origin_us`."""
-    return Accounting([n.name for n in config.nodes], settings(config), origin_us=origin_us)
+    """A fresh accounting as `config` says, counting from `origin_us`, taking the samples
+    the status page reads."""
+    acc = Accounting([n.name for n in config.nodes], settings(config), origin_us=origin_us)
+    acc.history = History(acc.node_names)
+    return acc

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from exporter.accounting.figures import Snapshot
+from exporter.accounting.history import Sample
 from exporter.base.records import Interval
 from exporter.checkpoint import codec
 from exporter.checkpoint.store import Checkpoint
@@ -26,11 +27,21 @@ from exporter.daemon.resume import state_values
 from exporter.exposition.published import Published
 from exporter.exposition.render import Renderer
 from exporter.web import status_page as pages
+from exporter.web.fleet import StatusView
 from exporter.web.routes import Page, Site
 
 # what the status pages show besides the snapshot, taken with it: when, each node's recent
-# intervals, its requests in flight (their starts), its source's error
-View = tuple[int, dict[str, tuple[Interval, ...]], dict[str, tuple[int, ...]], dict[str, str]]
+# intervals and how many the window holds, its requests in flight (their starts), its
+# source's error, the history's samples and their nodes
+View = tuple[
+    int,
+    dict[str, tuple[Interval, ...]],
+    dict[str, int],
+    dict[str, tuple[int, ...]],
+    dict[str, str],
+    tuple[Sample, ...],
+    tuple[str, ...],
+]
 
 
 class Publisher:
@@ -122,28 +133,44 @@ class Publisher:
         requests in flight as of that snapshot: `view`)."""
         site = self.site
         site.metrics = Published(self.renderer, self.served, self.checkpoint_errors, site.metrics)
-        now_us, recent, in_flight, errors = view if view is not None else self.view()
-        status = pages.StatusView(
+        now_us, recent, in_window, in_flight, errors, samples, sample_nodes = (
+            view if view is not None else self.view()
+        )
+        status = StatusView(
             now_us=now_us,
             snapshot=self.served,
             kinds=self.core.config.kinds,
             recent=recent,
+            in_window=in_window,
             in_flight=in_flight,
             errors=errors,
             version=self.version,
+            samples=samples,
+            sample_nodes=sample_nodes,
         )
         site.status = Page(functools.partial(pages.status_html, status), "text/html; charset=utf-8")
         site.api = Page(functools.partial(pages.status_json, status), "application/json")
 
     def view(self) -> View:
         """What the status pages show besides the snapshot, taken with it (the rings' part
-        older than the page's hour dropped: a ring that did not change is not copied)."""
+        older than the page's hour dropped: a ring that did not change is not copied; when
+        the page draws the hour in bins, only each node's newest intervals, for /api/status)."""
         core = self.core
         now_us = core.now_us()
         in_flight = {n: tuple(ns.in_flight.values()) for n, ns in core.acc.nodes.items()}
-        recent = core.recent.copy(since_us=now_us - pages.StatusView.window_us)
+        since_us = now_us - StatusView.window_us
+        in_window = core.recent.counts(since_us)
+        exact = (
+            sum(in_window.values()) <= pages.STATUS_MAX_RECTS
+            and len(in_window) <= pages.TIMELINE_LANES
+        )
+        newest = None if exact else max(1, pages.API_REQUESTS // max(1, len(in_window)))
+        recent = core.recent.copy(since_us=since_us, newest=newest)
         errors = {n.name: n.down_reason for n in core.nodes.values() if n.down_reason is not None}
-        return now_us, recent, in_flight, errors
+        history = core.acc.history
+        samples = () if history is None else tuple(history.samples)
+        nodes = () if history is None else history.nodes
+        return now_us, recent, in_window, in_flight, errors, samples, nodes
 
     async def _publish(self, view: View | None = None) -> None:
         """`publish`; and if the last one was scraped, whoever scrapes that often finds this one

@@ -81,7 +81,10 @@ class Reconfigure:
 
     def _take_config(self, new: Config, diff: changes.Changes) -> None:
         core = self.core
-        core.acc = _carried_over(core.acc, new, core.since_us, {n.name for n in diff.changed})
+        old = core.acc
+        core.acc = _carried_over(old, new, core.since_us, {n.name for n in diff.changed})
+        if old.history is not None and old.history.nodes == core.acc.node_names:
+            core.acc.history = old.history  # (the same nodes: the samples still hold)
         core.config = new
         core.recent.keep(core.acc.nodes)
         for name in diff.removed:

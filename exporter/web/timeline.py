@@ -19,6 +19,8 @@ checkpoint writes that kind as "" too). On the status page a request in flight i
 A binned Window (more intervals than it keeps exactly) draws instead, in each lane, a
 `<rect class="bin" data-requests data-busy>` for every non-empty bin (the requests that ended
 in it and the node's busy share of it, see accounting/lanes.py), and the strip the bins' steps.
+The status page's binned timeline, made from the history's busy seconds, has no request
+counts: its bins have no data-requests.
 """
 
 from __future__ import annotations
@@ -77,9 +79,13 @@ def draw(
     steps: Sequence[Step],
     in_flight: Mapping[str, Sequence[int]],
     now_us: int | None,
+    *,
+    counted: bool = True,
 ) -> str:
     """The lanes, the concurrency strip and the time axis of a Window (module docstring). A
-    lane of a node whose requests ran in several slots has a row per slot (up to MAX_ROWS)."""
+    lane of a node whose requests ran in several slots has a row per slot (up to MAX_ROWS).
+    A binned Window whose bins hold no request counts (the status page's, of the history's
+    busy seconds) is drawn with `counted` False."""
     axis = _Axis(w.since_us, max(w.until_us, w.since_us + 1))
     colours = kind_colours(kinds)
     tracks: list[str] = []
@@ -96,7 +102,7 @@ def draw(
             f"<title>{escape(name)}</title></text>"
         ]
         if w.binned:
-            part += _bins(axis, w, name, y, lane_h)
+            part += _bins(axis, w, name, y, lane_h, counted)
         else:
             part += _requests(axis, lane.kept, name, colours, kinds, y, lane_h, rows)
         if now_us is not None:
@@ -121,8 +127,9 @@ def draw(
     return chart(bottom + 24, "timeline", inner, "timeline")
 
 
-def _bins(axis: _Axis, w: Window, name: str, y: int, lane_h: int) -> list[str]:
-    """A binned lane: a bar per non-empty bin, as high as the node's busy share of it."""
+def _bins(axis: _Axis, w: Window, name: str, y: int, lane_h: int, counted: bool) -> list[str]:
+    """A binned lane: a bar per non-empty bin, as high as the node's busy share of it (and,
+    when `counted`, the requests that ended in it)."""
     lane = w.lanes[name]
     out = []
     for b in range(w.bins):
@@ -133,11 +140,13 @@ def _bins(axis: _Axis, w: Window, name: str, y: int, lane_h: int) -> list[str]:
         share = busy_us / max(1, e - s)
         h = max(1.5, lane_h * share)
         ended = ", ".join(f"{c[b]} {o}" for o, c in lane.ended.items() if c[b])
+        count = f'data-requests="{requests}" ' if counted else ""
+        said = f", {requests} requests" if counted else ""
         out.append(
-            f'<rect class="bin" data-requests="{requests}" data-busy="{share:.4f}" '
+            f'<rect class="bin" {count}data-busy="{share:.4f}" '
             f'data-start="{s}" data-end="{e}" {axis.span(s, e)} y="{y + lane_h - h:.1f}" '
             f'height="{h:.1f}"><title>{escape(name)} {when(s)} + '
-            f"{duration(e - s)}: busy {100 * share:.0f}%, {requests} requests"
+            f"{duration(e - s)}: busy {100 * share:.0f}%{said}"
             f"{' (' + ended + ')' if ended else ''}</title></rect>"
         )
     return out

@@ -46,7 +46,7 @@ LEVELS: list[set[str]] = [
         "exporter.accounting.idle",
     },
     {"exporter.startup.llama"},
-    {"exporter.accounting.figures"},
+    {"exporter.accounting.figures", "exporter.accounting.history"},
     {"exporter.accounting.watermark", "exporter.accounting.intake"},
     {"exporter.accounting.accounting"},
     {"exporter.accounting.lanes", "exporter.exposition.families", "exporter.exposition.numbers"},
@@ -80,7 +80,7 @@ LEVELS: list[set[str]] = [
         "exporter.startup.vllmwatch",
     },
     {"exporter.web.timeline"},
-    {"exporter.web.document"},
+    {"exporter.web.document", "exporter.web.fleet"},
     {
         "exporter.startup.tables",
         "exporter.exposition.reference",
