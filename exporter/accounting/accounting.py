@@ -234,7 +234,7 @@ class Accounting:
     def _advance_to(self, until_us: int, sweep_to: Callable[[int], None]) -> None:
         history = self.history
         if history is not None:
-            for at_us in history.due(self.watermark_us, until_us):
+            for at_us in history.due(self.watermark_us, until_us, self.now_us):
                 sweep_to(at_us)
                 self._sample(history, at_us)
         sweep_to(until_us)

@@ -47,11 +47,12 @@ class History:
         self.samples: deque[Sample] = deque()
         self._by_time: dict[int, Sample] = {}
 
-    def due(self, lo_us: int, hi_us: int) -> range:
+    def due(self, lo_us: int, hi_us: int, now_us: int) -> range:
         """The sample times a sweep from `lo_us` to `hi_us` passes: the multiples of the bin in
-        (lo, hi], those within `span_us` of `hi_us` only."""
+        (lo, hi], those within `span_us` of `hi_us` and of `now_us` only (a backlog's older
+        part is swept whole)."""
         b = self.bin_us
-        first = max(lo_us // b + 1, -(-(hi_us - self.span_us) // b))
+        first = max(lo_us // b + 1, -(-(max(hi_us, now_us) - self.span_us) // b))
         return range(first * b, (hi_us // b) * b + 1, b)
 
     def add(

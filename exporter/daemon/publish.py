@@ -13,6 +13,7 @@ import asyncio
 import functools
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,20 @@ View = tuple[
     tuple[Sample, ...],
     tuple[str, ...],
 ]
+
+
+PAGES_EVERY_S = 5.0  # a status page made less long ago is served on (it refreshes every 10 s)
+
+
+def _fresh(page: Page | None, make: Callable[[], bytes], content_type: str) -> Page:
+    """The page to serve from now on: the one served, if made less than PAGES_EVERY_S ago
+    (however often a client reloads, the pages' thread makes a page at most that often: the
+    interpreter lock it holds meanwhile is not taken from scrapes every second), else a new
+    one of the snapshot just published, made when first asked for."""
+    made = None if page is None else page.made_at
+    if page is not None and made is not None and time.monotonic() - made < PAGES_EVERY_S:
+        return page
+    return Page(make, content_type)
 
 
 class Publisher:
@@ -148,8 +163,12 @@ class Publisher:
             samples=samples,
             sample_nodes=sample_nodes,
         )
-        site.status = Page(functools.partial(pages.status_html, status), "text/html; charset=utf-8")
-        site.api = Page(functools.partial(pages.status_json, status), "application/json")
+        site.status = _fresh(
+            site.status, functools.partial(pages.status_html, status), "text/html; charset=utf-8"
+        )
+        site.api = _fresh(
+            site.api, functools.partial(pages.status_json, status), "application/json"
+        )
 
     def view(self) -> View:
         """What the status pages show besides the snapshot, taken with it (the rings' part

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,11 +28,12 @@ NO_SNAPSHOT: Answer = (503, "text/plain", b"no snapshot yet\n", [])
 
 class Page:
     """A page made from one snapshot: made when first asked for (in a worker thread), served
-    from memory after."""
+    from memory after. `made_at`: when it was made (time.monotonic), None before."""
 
     def __init__(self, make: Callable[[], bytes], content_type: str) -> None:
         self.make, self.content_type = make, content_type
         self.body: bytes | None = None
+        self.made_at: float | None = None
         self.making: asyncio.Future[bytes] | None = None  # (the server's, once asked for)
         self.failed = False
         self._lock = threading.Lock()
@@ -40,6 +42,7 @@ class Page:
         with self._lock:
             if self.body is None:
                 self.body = self.make()
+                self.made_at = time.monotonic()
             return self.body
 
 

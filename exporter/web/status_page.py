@@ -78,7 +78,7 @@ table.nodes,table.nodes tbody{{display:block}}table.nodes thead{{display:none}}
 table.nodes tr{{display:flex;flex-wrap:wrap;gap:0 .8em;border:1px solid #ddd;border-radius:6px;
 margin:.5em 0;padding:.4em .5em;white-space:normal}}
 table.nodes td{{border:0;padding:.1em 0;order:5}}
-table.nodes td::before{{content:attr(data-label) " ";color:#777;font-weight:400}}
+table.nodes td::before{{color:#777;font-weight:400}}
 table.nodes td.node{{order:0;width:100%;font-weight:600}}
 table.nodes td.node::before,table.nodes td.state::before,table.nodes td.problem::before{{
 content:none}}
@@ -86,7 +86,7 @@ table.nodes td.state{{order:1}}table.nodes td.problem{{order:2;width:100%;max-wi
 table.nodes td.share{{order:3}}table.nodes td.problem:empty{{display:none}}
 }}
 """
-COLUMNS = (  # (class, header): the table's columns, in order
+COLUMNS: tuple[tuple[str, str], ...] = (  # (class, header): the table's columns, in order
     ("node", "node"),
     ("state", "now"),
     ("share", "busy 5 min"),
@@ -100,6 +100,16 @@ COLUMNS = (  # (class, header): the table's columns, in order
     ("problem", "problem"),
 )
 
+# at phone width each cell says what it is (the headers are hidden)
+CSS += (
+    f"@media (max-width:{PHONE_PX}px){{"
+    + "".join(
+        f'table.nodes td:nth-child({k})::before{{content:"{label} "}}'
+        for k, (_, label) in enumerate(COLUMNS, 1)
+        if label not in ("node", "now", "problem")
+    )
+    + "}"
+)
 
 # -- the status page -------------------------------------------------------------------------
 
@@ -175,8 +185,7 @@ def _row(r: Row, now_us: int, long_us: int) -> str:
         escape(r.problem),
     )
     tds = "".join(
-        f'<td class={cls} data-label="{escape(label)}">{text}</td>'
-        for (cls, label), text in zip(COLUMNS, cells, strict=True)
+        f"<td class={cls}>{text}</td>" for (cls, _), text in zip(COLUMNS, cells, strict=True)
     )
     shares = "".join(
         f' data-{k}="{v:.6f}"'

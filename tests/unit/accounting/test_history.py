@@ -158,3 +158,15 @@ def test_the_mark_waits_for_the_whole_for() -> None:
     assert marked(acc) == []
     acc.advance_to(T0 + (590 + 600) * SECOND)
     assert marked(acc) == ["a"]
+
+
+def test_a_backlog_older_than_the_span_takes_no_samples() -> None:
+    """A daemon reading days of backlog samples only the last span before now."""
+    acc = accounting(bin_s=10, span_s=120)
+    acc.now_us = T0 + 86400 * SECOND  # (now, as the daemon's latest `advance` said)
+    for t in range(600, 86400 + 1, 600):  # the backlog read in steps of ten minutes
+        acc.advance_to(T0 + t * SECOND)
+    assert acc.history is not None
+    assert [s.at_us - T0 for s in acc.history.samples] == [
+        b * SECOND for b in range(86280, 86401, 10)
+    ]
