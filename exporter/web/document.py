@@ -20,8 +20,6 @@ h1{font-size:1.3em;margin:.2em 0}h2{font-size:1.1em;margin:1.2em 0 .4em}
 table{border-collapse:collapse;white-space:nowrap}
 th,td{padding:.25em .6em;border-bottom:1px solid #ddd;text-align:left}
 th{background:#f3f3f3;font-weight:600}td.num{text-align:right}
-.busy{color:#2e7d32;font-weight:600}.idle{color:#777}.bad{color:#c62828}
-.err{white-space:normal;max-width:28em;color:#c62828}
 svg{display:block;width:100%;min-width:MINpx;max-width:1600px;height:auto}
 svg text{font:12px system-ui,sans-serif;fill:#333}svg .tick{fill:#666}
 .legend{display:flex;flex-wrap:wrap;gap:.3em 1.2em;margin:.4em 0;color:#444}
@@ -29,6 +27,9 @@ svg text{font:12px system-ui,sans-serif;fill:#333}svg .tick{fill:#666}
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:13px}
 .note{background:#fff8e1;padding:.3em .6em;border-left:3px solid #f9a825}
 svg .track{fill:#f1f1f1}svg .bin{fill:BIN}svg .step{fill:STEP}
+svg.fluid{min-width:0;max-width:760px;overflow:visible}svg.fluid text{font-size:13px}
+svg .heading{font-weight:600}svg .axis{fill:#555}
+@media (max-width:800px){svg .wide{display:none}}
 """
 CSS = CSS.replace("MIN", str(MIN_SVG_PX)).replace("BIN", BIN_FILL).replace("STEP", STEP_FILL)
 
