@@ -48,7 +48,7 @@ View = tuple[
 PAGES_EVERY_S = 5.0  # a status page made less long ago is served on (it refreshes every 10 s)
 
 
-def _fresh(page: Page | None, make: Callable[[], bytes], content_type: str) -> Page:
+def fresh_page(page: Page | None, make: Callable[[], bytes], content_type: str) -> Page:
     """The page to serve from now on: the one served, if made less than PAGES_EVERY_S ago
     (however often a client reloads, the pages' thread makes a page at most that often: the
     interpreter lock it holds meanwhile is not taken from scrapes every second), else a new
@@ -163,10 +163,10 @@ class Publisher:
             samples=samples,
             sample_nodes=sample_nodes,
         )
-        site.status = _fresh(
+        site.status = fresh_page(
             site.status, functools.partial(pages.status_html, status), "text/html; charset=utf-8"
         )
-        site.api = _fresh(
+        site.api = fresh_page(
             site.api, functools.partial(pages.status_json, status), "application/json"
         )
 

@@ -71,7 +71,7 @@ tr.st-down td.state,tr.st-down td.problem{{color:#c62828;font-weight:600}}
 tr.st-idle-while-others-work td.state,tr.st-idle-while-others-work td.problem{{color:#b45309;
 font-weight:600}}
 tr.st-idle-while-others-work{{background:#fff4e5}}tr.st-down{{background:#fdeeee}}
-td.problem{{white-space:normal;max-width:30em}}
+td.problem{{white-space:normal;min-width:14em;max-width:24em}}
 .now{{direction:rtl}}.now>*{{direction:ltr}}
 @media (max-width:{PHONE_PX}px){{
 table.nodes,table.nodes tbody{{display:block}}table.nodes thead{{display:none}}
@@ -89,15 +89,15 @@ table.nodes td.share{{order:3}}table.nodes td.problem:empty{{display:none}}
 COLUMNS: tuple[tuple[str, str], ...] = (  # (class, header): the table's columns, in order
     ("node", "node"),
     ("state", "now"),
+    ("problem", "problem"),
     ("share", "busy 5 min"),
     ("share", "busy 1 h"),
     ("num", "idle for"),
-    ("num", "slots in use (oldest)"),
+    ("num", "in flight (oldest)"),
     ("last", "last request end"),
     ("journal", "journal"),
     ("num", "lag"),
     ("server", "server"),
-    ("problem", "problem"),
 )
 
 # at phone width each cell says what it is (the headers are hidden)
@@ -168,12 +168,13 @@ def _row(r: Row, now_us: int, long_us: int) -> str:
         slots = f"{n.in_flight} / {'?' if n.slots is None else n.slots}{oldest}"
     else:
         slots = "not logged"
-    last = "never" if n.last_end_us is None else when(n.last_end_us)
+    last = "never" if n.last_end_us is None else _when_near(n.last_end_us, now_us)
     journal = "followed" if n.up else "not followed"
     lag = duration(n.lag_us) if n.up else "down"
     cells = (
         escape(n.name),
         escape(state),
+        escape(r.problem),
         _pct(r.share_5m),
         _pct(r.share_1h) + ("" if long_us in (0, LONG_US) else f" ({duration(long_us)})"),
         "never" if r.idle_us is None else ("-" if r.idle_us == 0 else duration(r.idle_us)),
@@ -182,7 +183,6 @@ def _row(r: Row, now_us: int, long_us: int) -> str:
         journal,
         lag,
         _server(n, now_us),
-        escape(r.problem),
     )
     tds = "".join(
         f"<td class={cls}>{text}</td>" for (cls, _), text in zip(COLUMNS, cells, strict=True)
@@ -418,6 +418,12 @@ def _status_span(view: StatusView) -> tuple[int, int]:
 def _in_window(iv: Interval, lo: int, hi: int) -> bool:
     """What a Window of [lo, hi] takes (lanes.Window)."""
     return (lo <= iv.end_us <= hi or iv.start_us < hi < iv.end_us) and iv.reason != LOST_REASON
+
+
+def _when_near(t_us: int, now_us: int) -> str:
+    """`08:31:43 UTC` within a day of now, else the date too."""
+    text = when(t_us)
+    return text[11:] if abs(now_us - t_us) < 86400 * SECOND else text
 
 
 def _pct(share: float | None) -> str:

@@ -494,6 +494,7 @@ def test_report_startups_refuses_formats_it_has_not(
 def test_the_status_page_says_a_server_is_starting_and_how_long_it_took() -> None:
     from exporter.web import status_page as pages
     from exporter.web.fleet import StatusView
+
     from support.dom import parse
 
     def view(acc: Accounting, now_us: int) -> StatusView:
