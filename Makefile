@@ -9,7 +9,7 @@ BASE   := $(VENV)/.base
 # and run as root.
 DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev python3-venv chromium faketime systemd-container man-db groff
 
-.PHONY: all venv deps test unit lint typecheck pytest run bench man clean
+.PHONY: all venv deps test unit lint typecheck pytest run bench man screenshots clean
 
 all: test
 
@@ -86,6 +86,11 @@ bench: venv deps
 	$(BIN)/python bench/ssh.py
 	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/backfill.py
+
+# The screenshots README.md and docs/ show, made anew by the browser tests that check those pages.
+screenshots: venv
+	SMLLM_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/e2e/test_browser.py \
+	  tests/e2e/test_status_page.py
 
 # The man pages in man/, written from the command line and the config reference (argparse-manpage,
 # in the test extras); committed, and a test holds them to what this writes.
