@@ -90,7 +90,7 @@ bench: venv deps
 # The screenshots README.md and docs/ show, made anew by the browser tests that check those pages.
 screenshots: venv
 	SMLLM_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/e2e/test_browser.py \
-	  tests/e2e/test_status_page.py
+	  tests/e2e/test_status_page.py tests/e2e/test_status_glance.py
 
 # The man pages in man/, written from the command line and the config reference (argparse-manpage,
 # in the test extras); committed, and a test holds them to what this writes.

@@ -29,6 +29,7 @@ pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:13px}
 svg .track{fill:#f1f1f1}svg .bin{fill:BIN}svg .step{fill:STEP}
 svg.fluid{min-width:0;max-width:760px;overflow:visible}svg.fluid text{font-size:13px}
 svg .heading{font-weight:600}svg .axis{fill:#555}
+svg .rlabel{display:none;paint-order:stroke;stroke:#fff;stroke-width:3px;font-weight:600}
 @media (max-width:800px){svg .wide{display:none}}
 """
 CSS = CSS.replace("MIN", str(MIN_SVG_PX)).replace("BIN", BIN_FILL).replace("STEP", STEP_FILL)

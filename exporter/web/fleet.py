@@ -64,7 +64,7 @@ class Row:
 
     node: NodeSnapshot
     state: str  # one of STATES
-    share_5m: float | None  # its busy share of the 5 minutes to the newest sample (None: unknown)
+    share_5m: float | None  # its busy share of the 5 min to the newest sample (None: not known)
     share_1h: float | None  # of the hour to it (Fleet.long_us: less while the history is young)
     idle_us: int | None  # how long since its last request ended (0 while one is in flight)
     problem: str  # what needs attention, in a sentence ("" none)
@@ -96,8 +96,9 @@ def fleet(view: StatusView) -> Fleet:
     rows = []
     for n in view.snapshot.nodes:
         i = index.get(n.name)
-        s5 = None if short is None or i is None else short[i]
-        s1 = None if long is None or i is None else long[i]
+        k = i if n.up else None  # (a journal not followed: its shares are not known)
+        s5 = None if short is None or k is None else short[k]
+        s1 = None if long is None or k is None else long[k]
         fires = (
             last is not None and i is not None and idle.firing(last.idle_since_us[i], last.at_us)
         )

@@ -71,7 +71,8 @@ tr.st-down td.state,tr.st-down td.problem{{color:#c62828;font-weight:600}}
 tr.st-idle-while-others-work td.state,tr.st-idle-while-others-work td.problem{{color:#b45309;
 font-weight:600}}
 tr.st-idle-while-others-work{{background:#fff4e5}}tr.st-down{{background:#fdeeee}}
-td.problem{{white-space:normal;min-width:14em;max-width:24em}}
+td.problem{{white-space:normal;max-width:24em;overflow-wrap:anywhere}}
+td.problem:not(:empty){{min-width:14em}}
 .now{{direction:rtl}}.now>*{{direction:ltr}}
 @media (max-width:{PHONE_PX}px){{
 table.nodes,table.nodes tbody{{display:block}}table.nodes thead{{display:none}}
@@ -83,9 +84,17 @@ table.nodes td.node{{order:0;width:100%;font-weight:600}}
 table.nodes td.node::before,table.nodes td.state::before,table.nodes td.problem::before{{
 content:none}}
 table.nodes td.state{{order:1}}table.nodes td.problem{{order:2;width:100%;max-width:none}}
-table.nodes td.share{{order:3}}table.nodes td.problem:empty{{display:none}}
+table.nodes td.share{{order:3}}table.nodes td.problem:empty,table.nodes td.nil{{display:none}}
+svg .rlabel{{display:inline}}
 }}
 """
+STATE_WORDS = {
+    "down": "down",
+    "idle-while-others-work": "idle while the others work",
+    "busy": "busy",
+    "idle": "idle",
+}
+NOTHING = ("-", "never", "not logged", "unknown")  # a cell that tells nothing (hidden on phones)
 COLUMNS: tuple[tuple[str, str], ...] = (  # (class, header): the table's columns, in order
     ("node", "node"),
     ("state", "now"),
@@ -100,16 +109,22 @@ COLUMNS: tuple[tuple[str, str], ...] = (  # (class, header): the table's columns
     ("server", "server"),
 )
 
-# at phone width each cell says what it is (the headers are hidden)
-CSS += (
-    f"@media (max-width:{PHONE_PX}px){{"
-    + "".join(
+
+def _labels(long_us: int) -> list[str]:
+    """The columns' headers: the long share's says its span while the history is younger."""
+    long = "busy 1 h" if long_us in (0, LONG_US) else f"busy {duration(long_us)}"
+    return [long if h == "busy 1 h" else h for _, h in COLUMNS]
+
+
+def _card_labels(labels: list[str]) -> str:
+    """At phone width each cell says what it is (the headers are hidden)."""
+    rules = "".join(
         f'table.nodes td:nth-child({k})::before{{content:"{label} "}}'
-        for k, (_, label) in enumerate(COLUMNS, 1)
+        for k, label in enumerate(labels, 1)
         if label not in ("node", "now", "problem")
     )
-    + "}"
-)
+    return f"@media (max-width:{PHONE_PX}px){{{rules}}}"
+
 
 # -- the status page -------------------------------------------------------------------------
 
@@ -118,8 +133,9 @@ def status_html(view: StatusView) -> bytes:
     """`/`: the header, the nodes, how many worked at once and the timeline; refreshes itself,
     no script."""
     f = fleet(view)
-    rows = "".join(_row(r, view.now_us, f.long_us) for r in attention_order(f.rows))
-    head_cells = "".join(f"<th>{escape(h)}</th>" for _, h in COLUMNS)
+    rows = "".join(_row(r, view.now_us) for r in attention_order(f.rows))
+    labels = _labels(f.long_us)
+    head_cells = "".join(f"<th>{escape(h)}</th>" for h in labels)
     window, steps, drawn = _timeline(view, f)
     body = (
         f"<h1>sm-llm-exporter</h1>{_attention(f)}"
@@ -136,7 +152,7 @@ def status_html(view: StatusView) -> bytes:
         f" · sm-llm-exporter {escape(view.version)}</p>"
     )
     head = f'<meta http-equiv="refresh" content="{int(view.refresh_s)}">'
-    doc = document("sm-llm-exporter status", head, body, CSS)
+    doc = document("sm-llm-exporter status", head, body, CSS + _card_labels(labels))
     return doc.encode("utf-8", "replace")
 
 
@@ -154,9 +170,9 @@ def _attention(f: Fleet) -> str:
     return f"<div class=attention>{spans}</div>"
 
 
-def _row(r: Row, now_us: int, long_us: int) -> str:
+def _row(r: Row, now_us: int) -> str:
     n = r.node
-    state = r.state.replace("-", " ")
+    state = STATE_WORDS[r.state]
     if r.state == "busy" and not n.in_flight:
         state = "busy (no launch lines)"
     if n.in_flight or n.start_lines:
@@ -176,7 +192,7 @@ def _row(r: Row, now_us: int, long_us: int) -> str:
         escape(state),
         escape(r.problem),
         _pct(r.share_5m),
-        _pct(r.share_1h) + ("" if long_us in (0, LONG_US) else f" ({duration(long_us)})"),
+        _pct(r.share_1h),
         "never" if r.idle_us is None else ("-" if r.idle_us == 0 else duration(r.idle_us)),
         slots,
         last,
@@ -184,8 +200,10 @@ def _row(r: Row, now_us: int, long_us: int) -> str:
         lag,
         _server(n, now_us),
     )
+    told = () if n.up else ("journal", "lag", "idle for")  # (the problem says it)
     tds = "".join(
-        f"<td class={cls}>{text}</td>" for (cls, _), text in zip(COLUMNS, cells, strict=True)
+        f'<td class="{cls}{" nil" if text in NOTHING or label in told else ""}">{text}</td>'
+        for (cls, label), text in zip(COLUMNS, cells, strict=True)
     )
     shares = "".join(
         f' data-{k}="{v:.6f}"'

@@ -107,11 +107,12 @@ def draw(
             part += _requests(axis, lane.kept, name, colours, kinds, y, lane_h, rows)
         if now_us is not None:
             part += _in_flight(axis, in_flight.get(name, ()), name, now_us, y, lane_h)
+        part.append(_right_label(name, y + min(lane_h, 20) / 2 + 4))
         lanes.append("".join(part) + "</g>")
         y += lane_h + LANE_GAP
     top = y + 6
     tracks.append(f'<rect class="track" x="{X0}" y="{top}" width="{X1 - X0}" height="{CONC_H}"/>')
-    strip = _strip(axis, steps, len(w.nodes), top)
+    strip = _strip(axis, steps, len(w.nodes), top) + _right_label("nodes busy", top + 15)
     bottom = top + CONC_H
     grid = [
         f'<line x1="{axis.x(t):.1f}" x2="{axis.x(t):.1f}" y1="2" y2="{bottom + 3}" '
@@ -125,6 +126,15 @@ def draw(
         f"{''.join(lanes)}{strip}"
     )
     return chart(bottom + 24, "timeline", inner, "timeline")
+
+
+def _right_label(text: str, y: float) -> str:
+    """A lane's name again at the plot's right end: shown where the plot scrolls and opens at
+    its end (the status page on a phone: `svg .rlabel`), hidden elsewhere."""
+    return (
+        f'<text class="rlabel" x="{X1 - 4}" y="{y:.1f}" text-anchor="end">'
+        f"{escape(short(text, 20))}</text>"
+    )
 
 
 def _bins(axis: _Axis, w: Window, name: str, y: int, lane_h: int, counted: bool) -> list[str]:

@@ -144,7 +144,9 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
     dumps = {n: tmp / f"{n}.json" for n in (*WORKING, IDLE)}
     for node, path in dumps.items():
         write_dump(path, journal(node, [r for r in reqs if r.node == node]))
-    missing = {n: tmp / f"{n}.missing.json" for n in DOWN}
+    # (paths no machine has: the screenshots kept show them, not a temporary directory's)
+    missing = {n: Path("/srv/sm-llm-dumps") / f"{n}.json" for n in DOWN}
+    assert not any(p.exists() for p in missing.values()), missing
     # stall_seconds: the two missing sources stop holding the figures after 5 s, not 5 min
     config = {
         "nodes": file_nodes({**dumps, **missing}),
