@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import time
 from collections.abc import Callable
 
@@ -218,6 +219,7 @@ class Daemon:
         task = asyncio.current_task()
         assert task is not None
         tune_gc()
+        tune_threads()
 
         def stop() -> None:
             self.notifier.stopping()
@@ -243,3 +245,14 @@ class Daemon:
         """Re-read the config at the ingest loop's next turn (SIGHUP); while a read is pending,
         once it has ended."""
         self.reloads.request()
+
+
+# How long a thread keeps the interpreter lock while another waits for it (Python's default is
+# 5 ms): while a worker thread makes a status page, renders /metrics or encodes a checkpoint,
+# the event loop answering a scrape gets the lock back within this.
+SWITCH_INTERVAL_S = 0.001
+
+
+def tune_threads() -> None:
+    """The interpreter's thread switch as the service runs it (SWITCH_INTERVAL_S)."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)

@@ -27,7 +27,7 @@ from exporter.daemon.logger import log
 from exporter.daemon.resume import state_values
 from exporter.exposition.published import Published
 from exporter.exposition.render import Renderer
-from exporter.web import status_page as pages
+from exporter.web import status_api, status_page, status_timeline
 from exporter.web.fleet import StatusView
 from exporter.web.routes import Page, Site
 
@@ -164,10 +164,12 @@ class Publisher:
             sample_nodes=sample_nodes,
         )
         site.status = fresh_page(
-            site.status, functools.partial(pages.status_html, status), "text/html; charset=utf-8"
+            site.status,
+            functools.partial(status_page.status_html, status),
+            "text/html; charset=utf-8",
         )
         site.api = fresh_page(
-            site.api, functools.partial(pages.status_json, status), "application/json"
+            site.api, functools.partial(status_api.status_json, status), "application/json"
         )
 
     def view(self) -> View:
@@ -180,10 +182,10 @@ class Publisher:
         since_us = now_us - StatusView.window_us
         in_window = core.recent.counts(since_us)
         exact = (
-            sum(in_window.values()) <= pages.STATUS_MAX_RECTS
-            and len(in_window) <= pages.TIMELINE_LANES
+            sum(in_window.values()) <= status_timeline.STATUS_MAX_RECTS
+            and len(in_window) <= status_timeline.TIMELINE_LANES
         )
-        newest = None if exact else max(1, pages.API_REQUESTS // max(1, len(in_window)))
+        newest = None if exact else max(1, status_api.API_REQUESTS // max(1, len(in_window)))
         recent = core.recent.copy(since_us=since_us, newest=newest)
         errors = {n.name: n.down_reason for n in core.nodes.values() if n.down_reason is not None}
         history = core.acc.history

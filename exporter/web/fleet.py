@@ -5,7 +5,8 @@ history's samples (accounting/history.py): a node's busy share over a window is 
 its busy seconds between the sample at the window's end (the newest: figures final up to it)
 and the one a window before, divided by the window, as Prometheus reads the same counters.
 The mark "idle while the others work" is the idle alert's own rule (accounting/idle.py),
-firing on the same samples, so the page and SmLlmNodeIdle say the same.
+firing on the same samples, so the page and SmLlmNodeIdle say the same. Both pages read the
+same spans and steps of the history (`history_span`, `history_steps`) and of the window.
 
 A node's state is one of STATES:
 - `down`: its journal is not followed, or its llama-server is stopped;
@@ -17,14 +18,16 @@ A node's state is one of STATES:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.accounting import idle
 from exporter.accounting.figures import NodeSnapshot, Snapshot
 from exporter.accounting.history import Sample
+from exporter.accounting.lanes import Step
 from exporter.base.kinds import Kinds
-from exporter.base.records import Interval
+from exporter.base.records import LOST_REASON, Interval
 from exporter.base.times import SECOND
 from exporter.web.svg import duration
 
@@ -196,3 +199,38 @@ def _own_error(name: str, error: str) -> str:
         if error.startswith(prefix):
             return error[len(prefix) :]
     return error
+
+
+# -- what both pages read of the history and the window -----------------------------------
+
+
+def history_span(view: StatusView) -> tuple[Sample, Sample] | None:
+    """The oldest sample within the window of the newest, and the newest."""
+    if len(view.samples) < 2:
+        return None
+    last = view.samples[-1]
+    first = next(s for s in view.samples if s.at_us >= last.at_us - view.window_us)
+    return (first, last) if first is not last else None
+
+
+def status_span(view: StatusView) -> tuple[int, int]:
+    return view.now_us - max(SECOND, view.window_us), view.now_us
+
+
+def in_window(iv: Interval, lo: int, hi: int) -> bool:
+    """What a Window of [lo, hi] takes (lanes.Window)."""
+    return (lo <= iv.end_us <= hi or iv.start_us < hi < iv.end_us) and iv.reason != LOST_REASON
+
+
+def history_steps(samples: Sequence[Sample], lo: int) -> list[Step]:
+    """The mean number of nodes busy between successive samples from `lo` on."""
+    out: list[Step] = []
+    kept = [s for s in samples if s.at_us >= lo]
+    for a, b in itertools.pairwise(kept):
+        width = b.at_us - a.at_us
+        nodes = (b.total_busy_us - a.total_busy_us) / width
+        if out and out[-1].nodes == nodes and out[-1].end_us == a.at_us:
+            out[-1] = Step(out[-1].start_us, b.at_us, nodes)
+        else:
+            out.append(Step(a.at_us, b.at_us, nodes))
+    return out

@@ -91,6 +91,7 @@ def draw(
     tracks: list[str] = []
     lanes: list[str] = []
     y = 6
+    cells = _bin_cells(axis, w) if w.binned else []
     for name in w.nodes:
         lane = w.lanes[name]
         rows = min(MAX_ROWS, 1 + max((max(0, iv.slot or 0) for iv in lane.kept), default=0))
@@ -102,7 +103,7 @@ def draw(
             f"<title>{escape(name)}</title></text>"
         ]
         if w.binned:
-            part += _bins(axis, w, name, y, lane_h, counted)
+            part += _bins(cells, w, name, y, lane_h, counted)
         else:
             part += _requests(axis, lane.kept, name, colours, kinds, y, lane_h, rows)
         if now_us is not None:
@@ -137,26 +138,43 @@ def _right_label(text: str, y: float) -> str:
     )
 
 
-def _bins(axis: _Axis, w: Window, name: str, y: int, lane_h: int, counted: bool) -> list[str]:
+def _bin_cells(axis: _Axis, w: Window) -> list[tuple[int, int, str, str]]:
+    """Each bin's start, end, x and width, and its words (the same in every lane)."""
+    out = []
+    for b in range(w.bins):
+        s, e = w.bin_start(b), w.bin_end(b)
+        out.append((s, e, axis.span(s, e), f"{when(s)} + {duration(e - s)}"))
+    return out
+
+
+def _bins(
+    cells: Sequence[tuple[int, int, str, str]],
+    w: Window,
+    name: str,
+    y: int,
+    lane_h: int,
+    counted: bool,
+) -> list[str]:
     """A binned lane: a bar per non-empty bin, as high as the node's busy share of it (and,
     when `counted`, the requests that ended in it)."""
     lane = w.lanes[name]
+    named = escape(name)
     out = []
-    for b in range(w.bins):
-        requests, busy_us = lane.requests(b), lane.busy_us[b]
+    for b, (s, e, span, words) in enumerate(cells):
+        busy_us = lane.busy_us[b]
+        requests = lane.requests(b) if counted else 0
         if not requests and not busy_us:
             continue
-        s, e = w.bin_start(b), w.bin_end(b)
         share = busy_us / max(1, e - s)
         h = max(1.5, lane_h * share)
-        ended = ", ".join(f"{c[b]} {o}" for o, c in lane.ended.items() if c[b])
-        count = f'data-requests="{requests}" ' if counted else ""
-        said = f", {requests} requests" if counted else ""
+        count = said = ended = ""
+        if counted:
+            count, said = f'data-requests="{requests}" ', f", {requests} requests"
+            ended = ", ".join(f"{c[b]} {o}" for o, c in lane.ended.items() if c[b])
         out.append(
-            f'<rect class="bin" {count}data-busy="{share:.4f}" '
-            f'data-start="{s}" data-end="{e}" {axis.span(s, e)} y="{y + lane_h - h:.1f}" '
-            f'height="{h:.1f}"><title>{escape(name)} {when(s)} + '
-            f"{duration(e - s)}: busy {100 * share:.0f}%{said}"
+            f'<rect class="bin" {count}data-busy="{share:.4f}" data-start="{s}" '
+            f'data-end="{e}" {span} y="{y + lane_h - h:.1f}" height="{h:.1f}">'
+            f"<title>{named} {words}: busy {100 * share:.0f}%{said}"
             f"{' (' + ended + ')' if ended else ''}</title></rect>"
         )
     return out

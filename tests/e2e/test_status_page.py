@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from exporter.base.times import SECOND
-from exporter.web.status_page import API_REQUESTS
+from exporter.web.status_api import API_REQUESTS
 
 from support.browser import dump_dom, screenshot_dir
 from support.daemon_process import DaemonProcess, file_nodes

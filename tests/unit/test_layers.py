@@ -81,6 +81,7 @@ LEVELS: list[set[str]] = [
     },
     {"exporter.web.timeline"},
     {"exporter.web.document", "exporter.web.fleet"},
+    {"exporter.web.status_timeline", "exporter.web.status_api"},
     {
         "exporter.startup.tables",
         "exporter.exposition.reference",

@@ -492,6 +492,7 @@ def test_report_startups_refuses_formats_it_has_not(
 
 
 def test_the_status_page_says_a_server_is_starting_and_how_long_it_took() -> None:
+    from exporter.web import status_api
     from exporter.web import status_page as pages
     from exporter.web.fleet import StatusView
 
@@ -509,16 +510,17 @@ def test_the_status_page_says_a_server_is_starting_and_how_long_it_took() -> Non
         )
 
     _, acc = tracked(lines_of((0, 1, STARTED), *server_lines(10_000, upto=3)))
+
     def server(page: bytes) -> str:
         (cell,) = [e for e in parse(page).find("td") if e.attrs.get("class") == "server"]
         return cell.text
 
     assert server(pages.status_html(view(acc, T0 + 42 * SECOND))) == "starting (42 s)"
-    data = json.loads(pages.status_json(view(acc, T0 + 42 * SECOND)))["nodes"][0]
+    data = json.loads(status_api.status_json(view(acc, T0 + 42 * SECOND)))["nodes"][0]
     assert data["starting_since"] == T0 / SECOND and data["last_startup_seconds"] is None
     _, acc = tracked(lines_of((0, 1, STARTED), *server_lines(10_000)))
     assert server(pages.status_html(view(acc, T0 + 400 * SECOND))) == "up (came up in 5.0 min)"
-    data = json.loads(pages.status_json(view(acc, T0 + 400 * SECOND)))["nodes"][0]
+    data = json.loads(status_api.status_json(view(acc, T0 + 400 * SECOND)))["nodes"][0]
     assert data["starting_since"] is None and data["last_startup_seconds"] == pytest.approx(
         300.0133
     )

@@ -17,6 +17,7 @@ from exporter.accounting.history import History
 from exporter.accounting.lanes import Recent
 from exporter.base.records import Event, EventKind, Interval
 from exporter.base.times import SECOND
+from exporter.web import status_api, status_timeline
 from exporter.web import status_page as pages
 from exporter.web.fleet import StatusView
 
@@ -131,7 +132,7 @@ def test_the_status_page_shows_each_node_its_requests_and_those_in_flight() -> N
     assert head[:2] == ["node", "now"]
     slots = head.index("in flight (oldest)")
     # b's server logs no launch lines: it is busy while it worked 5% of the last 5 minutes
-    data = {n["name"]: n for n in json.loads(pages.status_json(view))["nodes"]}
+    data = {n["name"]: n for n in json.loads(status_api.status_json(view))["nodes"]}
     b = "busy" if data["b.example.internal"]["busy_share_5m"] >= 0.05 else "idle"
     states = {n: e.attrs["data-state"] for n, e in rows_by_node(page).items()}
     assert states == {"node-a": "busy", "gpu3": "busy", "b.example.internal": b}
@@ -160,7 +161,7 @@ def test_the_status_page_escapes_what_comes_from_outside() -> None:
     head, first, *_ = page.rows()
     assert first[0] == HOSTILE and first[head.index("problem")] == error
     assert list(rows_by_node(page)) == nodes
-    data = json.loads(pages.status_json(view))
+    data = json.loads(status_api.status_json(view))
     assert [n["name"] for n in data["nodes"]] == nodes and data["nodes"][0]["last_error"] == error
 
 
@@ -171,7 +172,7 @@ def test_status_json_holds_what_the_page_draws() -> None:
     reqs = [q for q in generate(rng, NODES, lo - 600 * SECOND, now - 30 * SECOND) if q.end_us < now]
     in_flight = {"node-a": [now - 300 * SECOND], "gpu3": [now - 42 * SECOND]}
     view = status_view(reqs, NODES, now, in_flight, {"gpu3": "journal: gone"})
-    data = json.loads(pages.status_json(view))
+    data = json.loads(status_api.status_json(view))
     page = parse(pages.status_html(view))
     assert data["generated_at"] == now / SECOND and data["version"] == "9.9.9"
     assert data["window"] == {"start": lo / SECOND, "end": now / SECOND, "seconds": 3600.0}
@@ -216,7 +217,7 @@ def test_the_busy_shares_are_each_nodes_over_5_minutes_and_the_hour() -> None:
         q for q in generate(rng, NODES, now - 7000 * SECOND, now - 60 * SECOND) if q.end_us < now
     ]
     view = status_view(reqs, NODES, now, {})
-    data = json.loads(pages.status_json(view))
+    data = json.loads(status_api.status_json(view))
     until = round(data["figures_until"] * SECOND)
     rows = rows_by_node(parse(pages.status_html(view)))
     for n in data["nodes"]:
@@ -262,7 +263,7 @@ def test_a_node_idle_while_the_others_work_is_marked_first() -> None:
     )
     header = page.find("div", "attention")[0].text
     assert "1 idle while the others work" in header
-    data = json.loads(pages.status_json(view))
+    data = json.loads(status_api.status_json(view))
     assert data["summary"]["idle_while_others_work"] == 1
     assert data["nodes"][0]["state"] == "idle-while-others-work"
 
@@ -298,7 +299,7 @@ def test_a_crowded_status_page_is_binned_from_the_history() -> None:
     ]
     view = status_view(reqs, NODES, now, {})
     kept = {n: [iv for iv in ivs if lo <= iv.end_us] for n, ivs in view.recent.items()}
-    assert sum(len(v) for v in kept.values()) > pages.STATUS_MAX_RECTS
+    assert sum(len(v) for v in kept.values()) > status_timeline.STATUS_MAX_RECTS
     page = parse(pages.status_html(view))
     assert page.find("rect", "request") == [] and page.lanes() == list(NODES)
     bins = page.find("rect", "bin")
@@ -306,8 +307,8 @@ def test_a_crowded_status_page_is_binned_from_the_history() -> None:
     for e in bins:  # each bin: the node's busy share of it, merged here from the requests
         s, t = int(e.attrs["data-start"]), int(e.attrs["data-end"])
         assert abs(float(e.attrs["data-busy"]) - busy_us(reqs, e.lane or "", s, t) / (t - s)) < 1e-4
-    data = json.loads(pages.status_json(view))
-    each = pages.API_REQUESTS // len(NODES)
+    data = json.loads(status_api.status_json(view))
+    each = status_api.API_REQUESTS // len(NODES)
     for n in data["nodes"]:  # each node's newest: a bounded document
         newest = sorted(kept[n["name"]], key=lambda iv: iv.end_us)[-each:]
         assert len(n["requests"]) == min(each, len(kept[n["name"]]))
@@ -333,11 +334,11 @@ def test_a_thousand_nodes_make_a_bounded_page() -> None:
     view = status_view(reqs, nodes, now, {})
     page = parse(pages.status_html(view))
     assert len(rows_by_node(page)) == 1000
-    assert len(page.lanes()) == pages.TIMELINE_LANES
-    assert len(page.find("rect", "bin")) <= pages.TIMELINE_LANES * pages.BINNED
+    assert len(page.lanes()) == status_timeline.TIMELINE_LANES
+    assert len(page.find("rect", "bin")) <= status_timeline.TIMELINE_LANES * status_timeline.BINNED
     assert len(page.in_group("rect", "concurrency")) <= 360
-    data = json.loads(pages.status_json(view))
-    assert sum(len(n["requests"]) for n in data["nodes"]) <= pages.API_REQUESTS
+    data = json.loads(status_api.status_json(view))
+    assert sum(len(n["requests"]) for n in data["nodes"]) <= status_api.API_REQUESTS
 
 
 def test_a_negative_slot_and_a_lone_surrogate_are_drawn_not_failed() -> None:
@@ -353,5 +354,5 @@ def test_a_negative_slot_and_a_lone_surrogate_are_drawn_not_failed() -> None:
     top, height = float(track.attrs["y"]), float(track.attrs["height"])
     ys = [float(r.attrs["y"]) for r in page.find("rect", "request")]
     assert len(ys) == 2 and all(top <= y < top + height for y in ys), (top, height, ys)
-    data = json.loads(pages.status_json(view))
+    data = json.loads(status_api.status_json(view))
     assert data["nodes"][0]["last_error"] == "bad ? byte"  # (the byte it cannot encode)
