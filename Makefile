@@ -84,6 +84,7 @@ bench: venv deps
 	$(BIN)/python bench/ingest.py $(if $(AGAINST),--against $(AGAINST))
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/ssh.py
+	$(BIN)/python bench/pages.py
 	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/backfill.py
 
