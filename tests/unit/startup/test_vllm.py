@@ -138,8 +138,10 @@ def test_the_run_dir_alone_holds_the_worker_phases(run: SeedRun) -> None:
     assert timeline.t0 == min(p.start for p in timeline.phases) == timeline.phases[0].start
     assert timeline.t_end == max(p.end for p in timeline.phases)
     assert [p.start for p in timeline.phases] == sorted(p.start for p in timeline.phases)
-    one = load([run.worker_files[1]])  # a single worker file
-    assert {p.pid for p in one.timeline.phases} == {run.worker_pids[1]}
+    path = run.worker_files[1]  # a single worker file: worker_PID.jsonl
+    one = load([path])  # (files sort by name: worker_10000 before worker_9999, not by stage)
+    assert {p.pid for p in one.timeline.phases} == {int(path.stem.removeprefix("worker_"))}
+    assert {p.pid for p in one.timeline.phases} < set(run.worker_pids)
     expected = [f"{path}:{line}: " for path, line in (run.malformed[1], run.truncated)]
     assert [s[: len(e)] for s, e in zip(one.skipped, expected, strict=False)] == expected
     assert len(one.skipped) == 2
