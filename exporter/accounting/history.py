@@ -68,29 +68,11 @@ class History:
         if last is not None and at_us <= last.at_us:
             return last
         previous = last if last is not None and last.at_us == at_us - self.bin_us else None
-        up_since = tuple(
-            (
-                at_us
-                if previous is None or previous.up_since_us[i] is None
-                else previous.up_since_us[i]
-            )
-            if u
-            else None
-            for i, u in enumerate(up)
-        )
+        up_since = _since(up, None if previous is None else previous.up_since_us, at_us)
         busy = tuple(busy_us)
         then = self._by_time.get(at_us - idle.WINDOW_US)
         holds = idle.condition(at_us, busy, None if then is None else then.busy_us, known, up_since)
-        idle_since = tuple(
-            (
-                at_us
-                if previous is None or previous.idle_since_us[i] is None
-                else previous.idle_since_us[i]
-            )
-            if h
-            else None
-            for i, h in enumerate(holds)
-        )
+        idle_since = _since(holds, None if previous is None else previous.idle_since_us, at_us)
         sample = Sample(
             at_us,
             busy,
@@ -113,3 +95,14 @@ class History:
     @property
     def latest(self) -> Sample | None:
         return self.samples[-1] if self.samples else None
+
+
+def _since(
+    holds: Sequence[bool], before: Sequence[int | None] | None, at_us: int
+) -> tuple[int | None, ...]:
+    """Per node, since when a flag has held: its time in the sample before (`before`, None
+    after a gap) if it held then too, else `at_us`; None where it does not hold."""
+    return tuple(
+        None if not h else (at_us if before is None or before[i] is None else before[i])
+        for i, h in enumerate(holds)
+    )

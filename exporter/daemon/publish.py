@@ -181,10 +181,7 @@ class Publisher:
         in_flight = {n: tuple(ns.in_flight.values()) for n, ns in core.acc.nodes.items()}
         since_us = now_us - StatusView.window_us
         in_window = core.recent.counts(since_us)
-        exact = (
-            sum(in_window.values()) <= status_timeline.STATUS_MAX_RECTS
-            and len(in_window) <= status_timeline.TIMELINE_LANES
-        )
+        exact = status_timeline.drawn_exactly(in_window)
         newest = None if exact else max(1, status_api.API_REQUESTS // max(1, len(in_window)))
         recent = core.recent.copy(since_us=since_us, newest=newest)
         errors = {n.name: n.down_reason for n in core.nodes.values() if n.down_reason is not None}

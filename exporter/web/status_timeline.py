@@ -11,6 +11,7 @@ nodes busy per sample. What it draws is bounded whatever the fleet.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from html import escape
 
 from exporter.accounting.lanes import RING_SIZE, Step, Window
@@ -21,6 +22,12 @@ from exporter.web.svg import duration, when
 STATUS_MAX_RECTS = 4000  # finished intervals the status page draws one by one, then bins
 TIMELINE_LANES = 60  # nodes the timeline draws (those needing attention first)
 BINNED = 60  # bins of a binned lane (a minute each over the hour)
+
+
+def drawn_exactly(in_window: Mapping[str, int]) -> bool:
+    """Whether the timeline of nodes holding these counts of intervals in the hour draws each
+    interval (else bins): at most TIMELINE_LANES nodes and STATUS_MAX_RECTS intervals."""
+    return len(in_window) <= TIMELINE_LANES and sum(in_window.values()) <= STATUS_MAX_RECTS
 
 
 def timeline_html(view: StatusView, f: Fleet) -> str:
@@ -39,11 +46,9 @@ def _timeline(view: StatusView, f: Fleet) -> tuple[Window, list[Step], list[str]
     picked = {r.node.name for r in attention_order(f.rows)[:TIMELINE_LANES]}
     drawn = [r.node.name for r in f.rows if r.node.name in picked]
     lo, hi = status_span(view)
-    exact = len(drawn) == len(f.rows) and all(
-        len(view.recent.get(n, ())) >= view.window_count(n) for n in drawn
-    )
-    total = sum(view.window_count(n) for n in drawn)
-    if exact and total <= STATUS_MAX_RECTS:
+    counts = {r.node.name: view.window_count(r.node.name) for r in f.rows}
+    exact = drawn_exactly(counts) and all(len(view.recent.get(n, ())) >= counts[n] for n in drawn)
+    if exact:
         window = Window(drawn, lo, hi, STATUS_MAX_RECTS)
         for name in drawn:
             window.add_all(view.recent.get(name, ()))

@@ -20,20 +20,17 @@ data. Then:
 
 from __future__ import annotations
 
-import json
-import random
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from exporter.base.records import LogLine
 from exporter.base.times import SECOND
 
 from support import dashboard
 from support.tools import wait_for
-from support.workload import Req, generate, journal
+from support.workload import idle_while_others_work, journal, write_dump
 
 pytestmark = pytest.mark.slow
 
@@ -44,42 +41,6 @@ WINDOW_S = 40 * 60
 STEP_S = 5  # the backfill's step, taken as the scrape interval
 EVERY_S = 1  # rule evaluation
 RED = {"red", "dark-red", "semi-dark-red", "light-red", "super-light-red"}
-
-
-def workload(until_us: int) -> list[Req]:
-    """Timed requests of one slot a node over the window, all ended by `until`; the idle node's
-    all ended IDLE_S before it."""
-    since_us = until_us - WINDOW_S * SECOND
-    reqs = generate(
-        random.Random(31),
-        NODES,
-        since_us,
-        until_us,
-        slots=1,
-        gap_s=2.0,
-        durations_s=(20.0, 60.0),
-        weights=(1, 0, 0, 0),
-    )
-    quiet_us = until_us - IDLE_S * SECOND
-    return [
-        r
-        for r in reqs
-        if r.start_us >= since_us and r.end_us <= (quiet_us if r.node == IDLE else until_us)
-    ]
-
-
-def write_dump(path: Path, lines: list[LogLine]) -> None:
-    """A node's lines as `journalctl -o json` writes them."""
-    with path.open("w", encoding="utf-8") as f:
-        for i, ln in enumerate(lines):
-            entry = {
-                "__CURSOR": f"s=idle;i={i:x}",
-                "__REALTIME_TIMESTAMP": str(ln.time_us),
-                "_PID": str(ln.pid),
-                "_SYSTEMD_UNIT": "sm-llm.service",
-                "MESSAGE": ln.message,
-            }
-            f.write(json.dumps(entry) + "\n")
 
 
 def by_node(series: list[dict[str, Any]]) -> dict[str, float]:
@@ -95,11 +56,11 @@ def test_idle_views_on_a_run_with_a_node_idle_while_the_others_work(tmp_path: Pa
     until_us = (int(time.time()) - 2) * SECOND  # (a backfill ends at now at the latest)
     until_us -= until_us % (STEP_S * SECOND)
     since_us = until_us - WINDOW_S * SECOND
-    reqs = workload(until_us)
+    reqs = idle_while_others_work(NODES, IDLE, until_us, WINDOW_S, IDLE_S)
     inputs = {}
     for node in NODES:
         inputs[node] = tmp_path / f"{node}.json"
-        write_dump(inputs[node], journal(node, [r for r in reqs if r.node == node]))
+        write_dump(inputs[node], journal(node, [r for r in reqs if r.node == node]), "idle")
     last_end = {n: max(r.end_us for r in reqs if r.node == n) / SECOND for n in NODES}
     assert until_us / SECOND - last_end[IDLE] >= IDLE_S
     backfill = dashboard.Backfill(inputs, since_us, until_us, STEP_S)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import html
 import json
-import random
 import re
 import subprocess
 import sys
@@ -39,7 +38,6 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.base.records import LogLine
 from exporter.base.times import SECOND, iso
 
 from support import dashboard
@@ -49,7 +47,7 @@ from support.dom import parse
 from support.positions import Box, framed_screenshot, positions
 from support.scrape import http_get, parse_metrics
 from support.tools import REPO, require_tool, wait_for
-from support.workload import Req, generate, journal
+from support.workload import Req, idle_while_others_work, journal, write_dump
 
 pytestmark = pytest.mark.slow
 
@@ -67,42 +65,6 @@ TARGET_TEXT = "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(TARGET.items())) +
 STATES = ("down", "idle-while-others-work", "busy", "idle")  # the order of attention
 MARK = "idle-while-others-work"
 SHARE_ABS = 0.001  # 0.1% of the window
-
-
-def workload(until_us: int) -> list[Req]:
-    """Timed requests of one slot a node over the window, all ended by `until`; the idle node's
-    all ended IDLE_S before it."""
-    since_us = until_us - WINDOW_S * SECOND
-    reqs = generate(
-        random.Random(31),
-        (*WORKING, IDLE),
-        since_us,
-        until_us,
-        slots=1,
-        gap_s=2.0,
-        durations_s=(20.0, 60.0),
-        weights=(1, 0, 0, 0),
-    )
-    quiet_us = until_us - IDLE_S * SECOND
-    return [
-        r
-        for r in reqs
-        if r.start_us >= since_us and r.end_us <= (quiet_us if r.node == IDLE else until_us)
-    ]
-
-
-def write_dump(path: Path, lines: list[LogLine]) -> None:
-    """A node's lines as `journalctl -o json` writes them."""
-    with path.open("w", encoding="utf-8") as f:
-        for i, ln in enumerate(lines):
-            entry = {
-                "__CURSOR": f"s=glance;i={i:x}",
-                "__REALTIME_TIMESTAMP": str(ln.time_us),
-                "_PID": str(ln.pid),
-                "_SYSTEMD_UNIT": "sm-llm.service",
-                "MESSAGE": ln.message,
-            }
-            f.write(json.dumps(entry) + "\n")
 
 
 @dataclass(frozen=True)
@@ -140,10 +102,10 @@ def figures_until(url: str) -> tuple[int | None, dict[str, Any]]:
 def seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
     tmp = tmp_path_factory.mktemp("status-glance")
     until_us = (int(time.time()) - 2) * SECOND
-    reqs = workload(until_us)
+    reqs = idle_while_others_work((*WORKING, IDLE), IDLE, until_us, WINDOW_S, IDLE_S)
     dumps = {n: tmp / f"{n}.json" for n in (*WORKING, IDLE)}
     for node, path in dumps.items():
-        write_dump(path, journal(node, [r for r in reqs if r.node == node]))
+        write_dump(path, journal(node, [r for r in reqs if r.node == node]), "glance")
     # (paths no machine has: the screenshots kept show them, not a temporary directory's)
     missing = {n: Path("/srv/sm-llm-dumps") / f"{n}.json" for n in DOWN}
     assert not any(p.exists() for p in missing.values()), missing

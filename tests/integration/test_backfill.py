@@ -24,7 +24,7 @@ from support.backfill_window import NODES, QUIET, SINCE, STEP, UNTIL, lines_of
 from support.cli import Cli
 from support.settings import default_settings
 from support.tools import REPO, require_tool
-from support.workload import KINDS
+from support.workload import KINDS, write_dump
 
 pytestmark = pytest.mark.slow
 
@@ -160,20 +160,6 @@ def shares_hold_the_rules(api: prom.Api, lines: dict[str, list[LogLine]]) -> Non
         assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (t_us, got, want)
 
 
-def write_dump(path: Path, lines: list[LogLine]) -> None:
-    """A node's lines as `journalctl -o json` writes them."""
-    with path.open("w", encoding="utf-8") as f:
-        for i, ln in enumerate(lines):
-            entry = {
-                "__CURSOR": f"s=bf;i={i:x}",
-                "__REALTIME_TIMESTAMP": str(ln.time_us),
-                "_PID": str(ln.pid),
-                "_SYSTEMD_UNIT": "sm-llm.service",
-                "MESSAGE": ln.message,
-            }
-            f.write(json.dumps(entry) + "\n")
-
-
 def stamps_of(name: str, text: str, seen: set[str]) -> dict[str, list[float]]:
     """Each series' timestamps in one file, each series' samples asserted together; the
     requests_total series met go into `seen`."""
@@ -210,7 +196,7 @@ def test_report_writes_openmetrics_as_promtool_takes_it(tmp_path: Path, cli: Cli
     lines = lines_of()
     argv = ["report", "--since", iso(SINCE), "--until", iso(UNTIL)]
     for n, ls in lines.items():
-        write_dump(tmp_path / f"{n}.json", ls)
+        write_dump(tmp_path / f"{n}.json", ls, "bf")
         argv += ["--input", f"{n}={tmp_path / f'{n}.json'}"]
     out = tmp_path / "om"
     code, _, err = cli(*argv, "--format", "openmetrics", "--step", "15s", "--output-dir", str(out))

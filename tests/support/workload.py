@@ -3,15 +3,19 @@ what the pages' tests draw, counted from the requests themselves (not from the e
 
 A `Req` is one request as the journal will tell it; `journal` gives one node's lines of its
 requests (launch, timing or cancel/error line, release), read by report.Builder as `report`
-reads them (`report_of`); `expected_rects` is what a timeline must draw of them.
+reads them (`report_of`); `expected_rects` is what a timeline must draw of them;
+`write_dump` writes lines as `journalctl -o json` does; `idle_while_others_work` is a run of
+nodes busy all the time but one, idle for its last minutes.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from exporter.base.kinds import Kinds, split_rules
 from exporter.base.records import Batch, LogLine
@@ -130,3 +134,41 @@ def expected_rects(
         if r.belongs(since_us, until_us):
             out.setdefault(r.node, Counter())[r.kind, r.outcome] += 1
     return out
+
+
+def write_dump(path: Path, lines: Iterable[LogLine], tag: str = "w") -> None:
+    """A node's lines as `journalctl -o json` writes them (`tag` names the cursors' seqnum)."""
+    with path.open("w", encoding="utf-8") as f:
+        for i, ln in enumerate(lines):
+            entry = {
+                "__CURSOR": f"s={tag};i={i:x}",
+                "__REALTIME_TIMESTAMP": str(ln.time_us),
+                "_PID": str(ln.pid),
+                "_SYSTEMD_UNIT": "sm-llm.service",
+                "MESSAGE": ln.message,
+            }
+            f.write(json.dumps(entry) + "\n")
+
+
+def idle_while_others_work(
+    nodes: Sequence[str], idle: str, until_us: int, window_s: int, idle_s: int
+) -> list[Req]:
+    """Timed 20-60 s requests of one slot a node, 2 s apart on average, over the `window_s`
+    before `until_us`, all ended by then; those of `idle` all ended `idle_s` before it."""
+    since_us = until_us - window_s * SECOND
+    reqs = generate(
+        random.Random(31),
+        nodes,
+        since_us,
+        until_us,
+        slots=1,
+        gap_s=2.0,
+        durations_s=(20.0, 60.0),
+        weights=(1, 0, 0, 0),
+    )
+    quiet_us = until_us - idle_s * SECOND
+    return [
+        r
+        for r in reqs
+        if r.start_us >= since_us and r.end_us <= (quiet_us if r.node == idle else until_us)
+    ]

@@ -24,7 +24,7 @@ T0 = 1_790_000_000 * SECOND  # (a multiple of the bin)
 NODES = ("a", "b", "c", "d")
 
 
-def accounting(bin_s: int = 10, span_s: int = 3600, *, reference: bool = False) -> Accounting:
+def accounting(bin_s: int = 10, span_s: int = 3600) -> Accounting:
     acc = Accounting(NODES, default_settings(), origin_us=T0)
     acc.history = History(NODES, bin_s * SECOND, span_s * SECOND)
     for n in NODES:
@@ -73,7 +73,7 @@ def test_samples_change_no_figure() -> None:
         s = T0 + rng.randrange(0, 3000) * SECOND + rng.randrange(SECOND)
         ivs.append(Interval(n, s, s + rng.randrange(1, 90 * SECOND), rng.choice((5, 700))))
     plain = Accounting(NODES, default_settings(), origin_us=T0)
-    sampled, reference = accounting(), accounting(reference=True)
+    sampled, reference = accounting(), accounting()
     for acc in (plain, sampled, reference):
         acc.add_all(ivs)
     for t in (777, 1500, 3100, 3333):
