@@ -56,12 +56,17 @@ PURE_OTHER ?= tests/integration/test_lines.py tests/integration/test_file_source
 	tests/hostile/test_file_source_hostile.py
 
 # The unit tests run on both cores (no process, no port: nothing they could share), their
-# coverage of the package measured and printed; the others one at a time, as they start real
-# processes and wait on them (untraced: tracing them would take the suite past ten minutes).
-# The pure-Python reruns share both cores too: none of them measures a latency.
+# coverage of the package measured and printed. The integration and end-to-end tests run on both
+# cores too, a file to a worker (a file's processes and fixtures stay together; every port is
+# the OS's pick): each waits on conditions with deadlines, so sharing the CPU only slows it.
+# The hostile tests run one at a time: some hold the daemon's listener to its time bounds under
+# thousands of connections, which a second busy core would blur. None of these is traced
+# (tracing them would take the suite past ten minutes). The pure-Python reruns share both cores:
+# none of them measures a latency.
 pytest: venv
 	$(BIN)/pytest -q -m unit -n 2 --cov=exporter --cov-report=term:skip-covered
-	$(BIN)/pytest -m "not unit"
+	$(BIN)/pytest -m "not unit and not hostile" -n 2 --dist loadfile
+	$(BIN)/pytest -m hostile
 	SMLLM_PURE_PYTHON=1 $(BIN)/pytest -q -n 2 $(PURE_UNIT) $(PURE_OTHER)
 
 # The unit tests alone (no process, no network), fewer random cases each: under a minute.
