@@ -1,6 +1,7 @@
 """Recorded output of a real llama-server (tests/testdata/llama-server/, made by its
 record.py), and its meaning read independently of the parser, with plain regular expressions:
-every slot occupancy (launch to release), with its timing block and what its lines say it was.
+every slot occupancy (launch to release), with its timing block and what its lines say it was;
+the server's sleeps, its live decode lines and the router's queue lines.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from exporter.base.kinds import DEFAULT_RULES, Kinds
 from exporter.base.records import Interval, Record
@@ -30,6 +31,8 @@ RUNS = (
     "router",
     "restart",
 )
+# runs recorded for issue 32, kept apart: the figures other tests hold to RUNS stay as they are
+NEW_RUNS = ("sleep", "long_generation", "router_queue")
 
 _ROUTED = re.compile(r"^\[ *(\d+)\] (.*)$")
 _SLOT = re.compile(r"^\S+ [A-Z] slot +(\w+): id +(\d+) \| task (\d+) \| (.*)$")
@@ -37,6 +40,19 @@ _TIMING = re.compile(r"(prompt eval|eval|total) time = +([\d.]+) ms / +(\d+) tok
 _CANCEL = re.compile(r"^\S+ W srv +stop: cancel task, id_task = (\d+)$")
 _ERROR = re.compile(r"^\S+ E srv +send_error: task id = (\d+), error: ")
 _SPAWN = re.compile(r"spawning server instance with name=(\S+) on port (\d+)$")
+_DRAFT = re.compile(r"draft acceptance = +[\d.]+ \( *(\d+) accepted / +(\d+) generated\)")
+# the server context's own lines (handle_sleeping_state): the task queue's `que start_loop:
+# entering sleeping state` comes just before the one and `exiting ...` just before the other
+_SLEEP = re.compile(r"^\S+ I srv +\w+: server is (entering|exiting) sleeping state$")
+_N_GEN = re.compile(r"^n_gen = +(\d+), tg = +([\d.]+) t/s, tg_3s = +([\d.]+) t/s$")
+_QUEUE = re.compile(
+    r"^\S+ I srv +\w+: (?:"
+    r"request for name=(?P<queued>\S+) queued at position (?P<position>\d+)"
+    r"|request for name=(?P<joined>\S+) joined the queue, \d+ waiting"
+    r"|waiting until model name=(?P<waiting>\S+) is fully loaded\.\.\."
+    r"|slot available, loading queued model name=(?P<loading>\S+)"
+    r")$"
+)
 
 
 @dataclass
@@ -53,6 +69,7 @@ class Occupancy:
     generated: tuple[int, int] | None = None
     cancelled: bool = False
     error: bool = False
+    draft: tuple[int, int] | None = None  # (accepted, generated) draft tokens
 
     @property
     def reason(self) -> str:
@@ -107,6 +124,9 @@ def occupancies(run: str) -> list[Occupancy]:  # noqa: C901 (the oracle: one pas
             if name == "release":
                 occ.release_us = t
                 del open_[key]
+            draft = _DRAFT.search(rest)
+            if draft:
+                occ.draft = (int(draft.group(1)), int(draft.group(2)))
             timing = _TIMING.search(rest)
             if timing:
                 what, us, n = timing.group(1), ms(timing.group(2)), int(timing.group(3))
@@ -117,6 +137,109 @@ def occupancies(run: str) -> list[Occupancy]:  # noqa: C901 (the oracle: one pas
                 else:
                     occ.prompt = (n, us)
     return out
+
+
+class GenLine(NamedTuple):
+    """One live decode line (`n_gen = ..., tg = ... t/s, tg_3s = ... t/s`)."""
+
+    pid: int
+    slot: int
+    task: int
+    time_us: int
+    n_gen: int
+    tg: float
+    tg_3s: float
+
+
+class QueueLine(NamedTuple):
+    """One router line about a request waiting for a model instance."""
+
+    time_us: int
+    model: str
+    position: int | None  # only a `queued` line gives one
+    kind: str  # queued, joined, waiting, loading
+
+
+def _lines(run: str, model: str) -> list[tuple[int, int, str]]:
+    """(journal time, PID, message) of the server's lines: its own for model "", else the
+    routed lines of that model's instances, their `[PORT] ` prefix taken off."""
+    out: list[tuple[int, int, str]] = []
+    model_of: dict[str, str] = {}
+    for e in entries(run):
+        if e["_PID"] == "1":
+            continue
+        msg = e["MESSAGE"]
+        routed = _ROUTED.match(msg)
+        if routed:
+            name, msg = model_of.get(routed.group(1), routed.group(1)), routed.group(2)
+        else:
+            name = ""
+            spawn = _SPAWN.search(msg)
+            if spawn:
+                model_of[spawn.group(2)] = spawn.group(1)
+        if name == model:
+            out.append((int(e["__REALTIME_TIMESTAMP"]), int(e["_PID"]), msg))
+    return out
+
+
+def sleeps(run: str, model: str = "") -> list[tuple[int, int | None]]:
+    """(entered_us, exited_us or None) of each sleep, from the `srv` lines `server is
+    entering/exiting sleeping state`; None: the server did not wake before the journal ends."""
+    out: list[tuple[int, int | None]] = []
+    open_: dict[int, int] = {}  # pid -> index in out of its sleep not yet ended
+    for t, pid, msg in _lines(run, model):
+        m = _SLEEP.match(msg)
+        if not m:
+            continue
+        if m.group(1) == "entering":
+            open_[pid] = len(out)
+            out.append((t, None))
+        elif pid in open_:
+            i = open_.pop(pid)
+            out[i] = (out[i][0], t)
+    return out
+
+
+def gen_lines(run: str, model: str = "") -> list[GenLine]:
+    """Every live decode line, in journal order."""
+    out: list[GenLine] = []
+    for t, pid, msg in _lines(run, model):
+        slot = _SLOT.match(msg)
+        m = _N_GEN.match(slot.group(4)) if slot else None
+        if slot and m:
+            out.append(
+                GenLine(
+                    pid,
+                    int(slot.group(2)),
+                    int(slot.group(3)),
+                    t,
+                    int(m.group(1)),
+                    float(m.group(2)),
+                    float(m.group(3)),
+                )
+            )
+    return out
+
+
+def queue_lines(run: str) -> list[QueueLine]:
+    """The router's own lines about requests waiting for a model instance, in journal order."""
+    out: list[QueueLine] = []
+    for t, _pid, msg in _lines(run, ""):
+        m = _QUEUE.match(msg)
+        if not m:
+            continue
+        kind = next(k for k in ("queued", "joined", "waiting", "loading") if m.group(k))
+        position = int(m.group("position")) if kind == "queued" else None
+        out.append(QueueLine(t, m.group(kind), position, kind))
+    return out
+
+
+def results(run: str) -> list[dict[str, Any]]:
+    """What the client sent and the server answered, one object per HTTP request."""
+    data: list[dict[str, Any]] = json.loads(
+        (FIXTURES / f"{run}.results.json").read_text(encoding="utf-8")
+    )
+    return data
 
 
 KINDS = Kinds(DEFAULT_RULES)

@@ -15,6 +15,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -444,6 +445,25 @@ class Run:
             self.results.append(r)
         return r
 
+    def wait_line(self, pattern, start=0, timeout=60):
+        """Wait until a journal MESSAGE at index >= start matches the regex `pattern`;
+        return the index after it (a deadline, never a fixed sleep)."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.journal.lock:
+                msgs = [e["MESSAGE"] for e in self.journal.entries[start:]]
+            for i, msg in enumerate(msgs):
+                if rx.search(msg):
+                    return start + i + 1
+            time.sleep(0.05)
+        raise RuntimeError(f"no line matching {pattern!r} within {timeout} s")
+
+    def mark(self):
+        """the journal's length now: wait_line(..., start=mark) sees only later lines"""
+        with self.journal.lock:
+            return len(self.journal.entries)
+
     def write(self):
         base = os.path.join(self.out, self.name)
         self.journal.write(base + ".journal.json")
@@ -798,6 +818,110 @@ def run_restart(r, m):
     r.stream(s.port, "proc2_killed_stream", "/completion", body, n_events=2, then=s.kill9)
 
 
+# the server context's own lines (handle_sleeping_state), not the task queue's
+SLEEP_ENTER = r"^\S+ I srv +\w+: server is entering sleeping state$"
+SLEEP_EXIT = r"^\S+ I srv +\w+: server is exiting sleeping state$"
+
+
+def run_sleep(r, m):
+    """--sleep-idle-seconds 2: serve, fall asleep, wake on a request (the model reloads),
+    fall asleep again, stop while asleep"""
+    s = r.start(["-m", m["model"], *BASE, "--sleep-idle-seconds", "2"])
+    start = r.mark()
+    for i, n in enumerate([16, 24]):
+        r.post(
+            s.port,
+            f"before_sleep{i}",
+            "/completion",
+            {"prompt": f"Before sleeping {i}", "n_predict": n, "temperature": 0},
+        )
+    asleep = r.wait_line(SLEEP_ENTER, start=start, timeout=30)
+    r.post(
+        s.port,
+        "wake",
+        "/completion",
+        {"prompt": "Wake up and answer", "n_predict": 32, "temperature": 0},
+    )
+    r.wait_line(SLEEP_EXIT, start=asleep, timeout=5)  # (logged before the answer)
+    r.wait_line(SLEEP_ENTER, start=asleep, timeout=30)
+    s.stop()
+
+
+LONG_N_PREDICT = 8000
+# model.gguf says context_length 2048, and the server caps a slot at that; the override lifts
+# it without another model file. One thread: two threads on 2 shared cores stall each other.
+LONG_ARGS = ["-c", "16384", "--parallel", "1", "-t", "1"]
+LONG_ARGS += ["--override-kv", "llama.context_length=int:16384"]
+
+
+def run_long_generation(r, m):
+    """one generation long enough for print_timings_tg's `n_gen = ...` lines (after 100
+    tokens, then every 3 s): 8000 tokens on one 16k slot take ~14 s on this machine"""
+    s = r.start(["-m", m["model"], *LONG_ARGS])
+    r.post(
+        s.port,
+        "long",
+        "/completion",
+        {
+            "prompt": "Tell a very long story",
+            "n_predict": LONG_N_PREDICT,
+            "temperature": 0,
+            "ignore_eos": True,
+        },
+        timeout=300,
+    )
+    s.stop()
+
+
+def run_router_queue(r, m):
+    """router with --models-max 1 and three models: requests queue for a model instance
+    while another model's instance is busy"""
+    d = m["queue_models_dir"]
+    a, b, c = m["queue_names"]
+    # one 2048-token slot per instance (the instances get these args), so tiny-a's 1900
+    # tokens hold it busy for a second or more; one thread, as in run_long_generation
+    args = ["--models-dir", d, "--models-max", "1", "-c", "2048", "--parallel", "1", "-t", "1"]
+    s = r.start(args)
+    r.post(
+        s.port,
+        "first_a",
+        "/completion",
+        {"model": a, "prompt": "Hello A", "n_predict": 8, "temperature": 0},
+    )
+
+    def post(step, model, n):
+        return lambda: r.post(
+            s.port,
+            step,
+            "/completion",
+            {
+                "model": model,
+                "prompt": f"{step} for {model}",
+                "n_predict": n,
+                "temperature": 0,
+                "ignore_eos": True,
+            },
+        )
+
+    # each request is sent once the router logged what the previous one did
+    steps = [
+        ("busy_a", a, 1900, rf"proxying request to model {a} on port"),
+        ("queued_b0", b, 16, rf"request for name={b} queued at position 1$"),
+        ("joined_b1", b, 24, rf"request for name={b} joined the queue, 2 waiting$"),
+        ("queued_c", c, 16, rf"request for name={c} queued at position 2$"),
+    ]
+    threads = []
+    for step, model, n, line in steps:
+        at = r.mark()
+        t = threading.Thread(target=post(step, model, n))
+        t.start()
+        threads.append(t)
+        r.wait_line(line, start=at, timeout=30)
+    for t in threads:
+        t.join()
+    s.stop()
+
+
 RUNS = [
     ("parallel", run_parallel),
     ("cancel", run_cancel),
@@ -808,6 +932,9 @@ RUNS = [
     ("speculative", run_speculative),
     ("router", run_router),
     ("restart", run_restart),
+    ("sleep", run_sleep),
+    ("long_generation", run_long_generation),
+    ("router_queue", run_router_queue),
 ]
 
 
@@ -833,12 +960,19 @@ def main():
         names = ["tiny-a", "tiny-b"]
         write_model(os.path.join(mdir, names[0] + ".gguf"), seed=15, n_layer=2, name="tiny-a")
         write_model(os.path.join(mdir, names[1] + ".gguf"), seed=17, n_layer=2, name="tiny-b")
+        qdir = os.path.join(tmp, "models_queue")
+        os.makedirs(qdir)
+        qnames = ["tiny-a", "tiny-b", "tiny-c"]
+        for qname, seed in zip(qnames, (15, 17, 18), strict=True):
+            write_model(os.path.join(qdir, qname + ".gguf"), seed=seed, n_layer=2, name=qname)
         # servers run with cwd=tmp and relative paths, so the logged paths are stable
         m = {
             "model": "model.gguf",
             "draft": "draft.gguf",
             "models_dir": "models",
             "router_names": names,
+            "queue_models_dir": "models_queue",
+            "queue_names": qnames,
             "pooling": a.pooling,
         }
         only = {x for x in a.only.split(",") if x}
