@@ -350,9 +350,9 @@ def _add_report(
         "count by their end in the window. Busy and concurrency seconds are exact,\n"
         "clipped to the window.\n"
         "\n"
-        "With --startups: how long each llama-server start-up took, phase by phase, and\n"
-        "the TimeoutStartSec= that covers them. With --init-timeline: the same for a\n"
-        "vllm-omni init timeline.",
+        "With --startups: how long each llama-server start-up (and wake-up from sleep)\n"
+        "took, phase by phase, and the TimeoutStartSec= that covers the starts. With\n"
+        "--init-timeline: the same for a vllm-omni init timeline.",
         epilog=REPORT_EPILOG,
     )
     rp.add_argument(
@@ -371,9 +371,9 @@ def _add_report(
     rp.add_argument(
         "--startups",
         action="store_true",
-        help="the llama-server start-ups that began in the window instead: each one's phases "
-        "(vllm-omni's init-timeline table) and the TimeoutStartSec= that would have covered "
-        "them all (text or json)",
+        help="the llama-server start-ups (and wake-ups from sleep) that began in the window "
+        "instead: each one's phases (vllm-omni's init-timeline table) and the "
+        "TimeoutStartSec= that would have covered every start (text or json)",
     )
     rp.add_argument(
         "--init-timeline",

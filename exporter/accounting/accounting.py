@@ -18,7 +18,7 @@ the two to the same state), and does whatever the compiled code leaves to it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast
+from typing import cast
 
 from exporter.accounting import intake, watermark
 from exporter.accounting.contract import RECORD_TYPES
@@ -56,6 +56,8 @@ class Accounting:
         self.stall_us = settings.stall_us
         self.clock_allowance_us = settings.clock_allowance_us
         self.buckets_us = tuple(round(b * SECOND) for b in settings.buckets_s)
+        self.prompt_buckets_us = tuple(round(b * SECOND) for b in settings.prompt_buckets_s)
+        self.generation_buckets_us = tuple(round(b * SECOND) for b in settings.generation_buckets_s)
         self.startups = startups
         self.now_us = origin_us  # the latest `advance`'s now (a start-up's age runs to it)
         self.init_timelines: dict[str, Figures] = {}  # by node: set as their files are read
@@ -84,11 +86,18 @@ class Accounting:
         self.history: History | None = None
 
     def _new_node(self, name: str, newest_us: int) -> NodeState:
-        zero = len(self.buckets_us) + 1
         return NodeState(
             newest_us=newest_us,
-            kinds={k: KindCounters(buckets=[0] * zero) for k in self.kind_names},
+            kinds={k: self.new_counters() for k in self.kind_names},
             startups=Tracker(name),
+        )
+
+    def new_counters(self) -> KindCounters:
+        """A kind's counters at 0, with a bucket for each bound and +Inf in each histogram."""
+        return KindCounters(
+            buckets=[0] * (len(self.buckets_us) + 1),
+            prompt_buckets=[0] * (len(self.prompt_buckets_us) + 1),
+            generation_buckets=[0] * (len(self.generation_buckets_us) + 1),
         )
 
     # -- input ------------------------------------------------------------------------------
@@ -98,8 +107,7 @@ class Accounting:
         if type(rec) is Interval:
             intake.interval(self, rec, count)
         else:
-            assert isinstance(rec, Event)
-            intake.event(self, rec)
+            intake.record(self, rec)
 
     def add_all(self, recs: Iterable[Record]) -> None:
         """`add` each record, counted (the ingest path: one loop for a whole batch). Compiled
@@ -115,22 +123,17 @@ class Accounting:
         while i < n:
             i = take(seq, i, self, RECORD_TYPES)  # (it reads contract.ACCOUNTING_READS)
             if i < n:  # (a token count not seen before, an unusual record: the Python code's)
-                rec = seq[i]
-                if type(rec) is Interval:
-                    intake.interval(self, rec, True)
-                else:
-                    intake.event(self, cast(Event, rec))
+                intake.record(self, seq[i])
                 i += 1
 
     def add_all_reference(self, recs: Iterable[Record]) -> None:
         """`add_all` in Python: the specification of the compiled path."""
-        interval = intake.interval
-        event: Callable[[Accounting, Any], None] = intake.event  # (what is no Interval is one)
+        interval, other = intake.interval, intake.record
         for rec in recs:
             if type(rec) is Interval:
                 interval(self, rec, True)
             else:
-                event(self, rec)
+                other(self, rec)
 
     def line_read(
         self,
@@ -267,7 +270,7 @@ class Accounting:
             [ns.busy_us for ns in states],
             self.concurrency_us,
             [ns.up for ns in states],
-            [ns.up and ns.server_up != 0 for ns in states],
+            [ns.up and ns.server_up != 0 and ns.asleep_since_us is None for ns in states],
         )
 
     def _add_swept(
@@ -311,6 +314,8 @@ class Accounting:
             nodes=nodes,
             kind_names=self.kind_names,
             buckets_us=self.buckets_us,
+            prompt_buckets_us=self.prompt_buckets_us,
+            generation_buckets_us=self.generation_buckets_us,
             concurrency_us=tuple(self.concurrency_us),
             mix_us=dict(self.mix_us),
             watermark_us=self.watermark_us,
@@ -321,7 +326,8 @@ class Accounting:
 
     def _copy(self, node: str, kind: str, c: KindCounters) -> KindCounters:
         copy = self._copies.get((node, kind))
-        if copy is None or copy.requests != c.requests:  # every change counts a request
+        # every change counts a request, but a draft line's (which follows its request's)
+        if copy is None or copy.requests != c.requests or copy.draft_tokens != c.draft_tokens:
             copy = self._copies[node, kind] = c.copy()
         return copy
 

@@ -20,6 +20,8 @@ ACCOUNTING_READS = (
     "kind_of",
     "kind_bit",
     "buckets_us",
+    "prompt_buckets_us",
+    "generation_buckets_us",
     "origin_us",
     "watermark_us",
     "pending",
@@ -38,6 +40,10 @@ KIND_READS = (
     "generation_us",
     "histogram_us",
     "buckets",
+    "prompt_histogram_us",
+    "prompt_buckets",
+    "generation_histogram_us",
+    "generation_buckets",
 )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from exporter.base.records import REASONS
 from exporter.parse.router import OTHER_MODELS
-from exporter.startup.llama import Startup, Tracker
+from exporter.startup.llama import START, Startup, Tracker
 from exporter.startup.phases import Figures
 
 MAX_MODELS = 64  # model instances counted per node under their own name (a router serves a few)
@@ -30,6 +30,15 @@ class KindCounters:
     generation_us: int = 0
     buckets: list[int] = field(default_factory=list)  # per bucket, not cumulative; last is +Inf
     histogram_us: int = 0  # the durations the buckets hold (request_us since they last changed)
+    # the prompt-eval and eval (generation) times of the timed requests whose block gave them,
+    # in their own buckets, with the sums those hold
+    prompt_buckets: list[int] = field(default_factory=list)
+    prompt_histogram_us: int = 0
+    generation_buckets: list[int] = field(default_factory=list)
+    generation_histogram_us: int = 0
+    # speculative decoding: the tokens the draft model proposed, and those the target accepted
+    draft_tokens: int = 0
+    draft_accepted_tokens: int = 0
 
     def copy(self) -> KindCounters:
         c = KindCounters(
@@ -43,6 +52,11 @@ class KindCounters:
         )
         c.buckets = list(self.buckets)
         c.histogram_us = self.histogram_us
+        c.prompt_buckets = list(self.prompt_buckets)
+        c.prompt_histogram_us = self.prompt_histogram_us
+        c.generation_buckets = list(self.generation_buckets)
+        c.generation_histogram_us = self.generation_histogram_us
+        c.draft_tokens, c.draft_accepted_tokens = self.draft_tokens, self.draft_accepted_tokens
         return c
 
 
@@ -81,6 +95,14 @@ class NodeState:
     clock_skew_us: int = 0  # how far ahead of now its newest entry was, beyond the allowance
     kinds: dict[str, KindCounters] = field(default_factory=dict)
     startups: Tracker = field(default_factory=lambda: Tracker(""))  # its server's start-ups
+    asleep_since_us: int | None = None  # its llama-server sleeps since (None: it does not)
+    asleep_us: int = 0  # the time it slept, its sleeps that ended
+    # router mode: by model, [requests queued for an instance, the deepest place in the queue
+    # one took, requests that waited for an instance to load]
+    queues: dict[str, list[int]] = field(default_factory=dict)
+    # requests in flight (in_flight's keys) -> their decode speed, hundredths of a token per
+    # second, as their last n_gen line said
+    decoding: dict[tuple[int, int] | tuple[int, int, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +129,16 @@ class NodeSnapshot:
     reconnects: int
     gaps: int
     startup: Startup | None = None  # its llama-server's last start-up that reached listening
+    wakeup: Startup | None = None  # its last wake-up from sleep that was done
     starting_since_us: int | None = None  # when the start-up in progress began (None: none)
     starting_us: int = 0  # how long it has run, as of the latest `advance`
     last_start_us: int | None = None  # when the newest start-up began
     start_lines: bool = False  # its llama-server logs launch lines (requests in flight known)
+    asleep: bool = False  # its llama-server sleeps (`--sleep-idle-seconds`)
+    asleep_us: int = 0  # how long it has slept, in all, as of the latest `advance`
+    queues: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # NodeState.queues
+    # the decode speed of each request in flight that logged one (tokens per second)
+    decode_speeds: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +148,8 @@ class Snapshot:
     nodes: tuple[NodeSnapshot, ...]
     kind_names: tuple[str, ...]
     buckets_us: tuple[int, ...]
+    prompt_buckets_us: tuple[int, ...]
+    generation_buckets_us: tuple[int, ...]
     concurrency_us: tuple[int, ...]  # index k: exactly k nodes busy
     mix_us: dict[str, int]
     watermark_us: int
@@ -160,16 +190,43 @@ def node_snapshot(
         reconnects=ns.reconnects,
         gaps=ns.gaps,
         start_lines=ns.start_lines,
+        asleep=ns.asleep_since_us is not None,
+        asleep_us=asleep_us(ns, now_us),
+        queues={m: (q, deepest, waits) for m, (q, deepest, waits) in ns.queues.items()},
+        decode_speeds=_decode_speeds(ns),
         **_startup_figures(ns, now_us),
     )
 
 
+def asleep_us(ns: NodeState, now_us: int) -> int:
+    """How long the node's server has slept in all: its sleep in progress up to `now_us` (a
+    sleeping server logs nothing), or while its source catches up, as far as its journal was
+    read."""
+    since = ns.asleep_since_us
+    if since is None:
+        return ns.asleep_us
+    return ns.asleep_us + max(0, (now_us if ns.caught_up else ns.newest_us) - since)
+
+
+def _decode_speeds(ns: NodeState) -> tuple[float, ...]:
+    """The decode speeds of the requests still in flight (the others' are dropped here)."""
+    decoding = ns.decoding
+    if not decoding:
+        return ()
+    if any(key not in ns.in_flight for key in decoding):
+        ns.decoding = decoding = {k: v for k, v in decoding.items() if k in ns.in_flight}
+    return tuple(v / 100 for v in decoding.values())
+
+
 def _startup_figures(ns: NodeState, now_us: int) -> dict[str, Any]:
-    """A node's start-up figures. A start-up in progress whose server has served a request
+    """A node's start-up figures. A wake-up from sleep in progress is not starting (the unit's
+    TimeoutStartSec bounds no wake-up). A start-up in progress whose server has served a request
     since it began is no longer starting (a build that logs no `listening on`)."""
     tracker = ns.startups
     last = tracker.last
     current = tracker.current
+    if current is not None and current.kind != START:  # (a wake-up: no unit start to bound)
+        current = None
     since = None if current is None else current.start_us
     if since is not None and (
         (ns.last_end_us is not None and ns.last_end_us >= since)
@@ -179,6 +236,7 @@ def _startup_figures(ns: NodeState, now_us: int) -> dict[str, Any]:
     newest = current if current is not None else last
     return {
         "startup": last,
+        "wakeup": tracker.last_wake,
         "starting_since_us": since,
         # (while its source catches up, as far as its journal was read)
         "starting_us": 0
@@ -189,8 +247,9 @@ def _startup_figures(ns: NodeState, now_us: int) -> dict[str, Any]:
 
 
 def model_figures(models: dict[str, list[int]], model: str) -> list[int]:
-    """The [requests, us, tokens] a request of `model` counts in: its own while the node has
-    fewer than MAX_MODELS models of their own, else OTHER_MODELS'."""
+    """The [requests, us, tokens] a request of `model` counts in (or a queue's figures of a
+    model, by the same rule): its own while the node has fewer than MAX_MODELS models of their
+    own, else OTHER_MODELS'."""
     figures = models.get(model)
     if figures is None:
         own = len(models) - (OTHER_MODELS in models)

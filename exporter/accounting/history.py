@@ -31,7 +31,8 @@ class Sample:
     at_us: int
     busy_us: tuple[int, ...]  # each node's busy (union) microseconds
     concurrency_us: tuple[int, ...]  # index k: microseconds with exactly k nodes busy
-    known: tuple[bool, ...]  # its figures known: journal followed, server not stopped
+    # its figures known: journal followed, server not stopped and not asleep
+    known: tuple[bool, ...]
     up_since_us: tuple[int | None, ...]  # since when its journal has been followed (None: not)
     idle_since_us: tuple[int | None, ...]  # since when the idle rule has held (None: not)
     total_busy_us: int  # node-microseconds busy: the sum over nodes (mean nodes busy x time)

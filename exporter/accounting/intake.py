@@ -10,12 +10,12 @@ track requests in flight, restarts, slots, the server's state and its start-ups.
 from __future__ import annotations
 
 import bisect
-from typing import Protocol
+from typing import Protocol, cast
 
-from exporter.accounting.figures import NodeState, model_figures
+from exporter.accounting.figures import KindCounters, NodeState, model_figures
 from exporter.accounting.sweep import Pending
 from exporter.base.kinds import Kinds
-from exporter.base.records import LOST_REASON, Event, EventKind, Interval
+from exporter.base.records import LOST_REASON, Draft, Event, EventKind, Interval, Record
 from exporter.startup.llama import Startup
 
 KIND_OF_MAX = 1 << 14  # token counts whose kind is remembered (then forgotten all at once)
@@ -33,6 +33,8 @@ class Ledger(Protocol):
     nodes: dict[str, NodeState]
     node_index: dict[str, int]
     buckets_us: tuple[int, ...]
+    prompt_buckets_us: tuple[int, ...]
+    generation_buckets_us: tuple[int, ...]
     origin_us: int
     watermark_us: int
     pending: list[Pending]
@@ -81,6 +83,8 @@ def interval(acc: Ledger, iv: Interval, count: bool) -> None:
         c.generation_us += g_us or 0
         c.buckets[bisect.bisect_left(acc.buckets_us, duration_us)] += 1
         c.histogram_us += duration_us
+        if p_us is not None or g_us is not None:
+            _phases(acc, c, p_us, g_us)
         if ns.last_end_us is None or end_us > ns.last_end_us:
             ns.last_end_us = end_us
     start = start_us if start_us > acc.origin_us else acc.origin_us
@@ -91,6 +95,16 @@ def interval(acc: Ledger, iv: Interval, count: bool) -> None:
         start = watermark
     if end_us > start:
         acc.pending.append((start, end_us, acc.node_index[node], acc.kind_bit[kind]))
+
+
+def _phases(acc: Ledger, c: KindCounters, p_us: int | None, g_us: int | None) -> None:
+    """A timed request's prompt-eval and generation times, each in its histogram."""
+    if p_us is not None:
+        c.prompt_buckets[bisect.bisect_left(acc.prompt_buckets_us, p_us)] += 1
+        c.prompt_histogram_us += p_us
+    if g_us is not None:
+        c.generation_buckets[bisect.bisect_left(acc.generation_buckets_us, g_us)] += 1
+        c.generation_histogram_us += g_us
 
 
 def untimed(acc: Ledger, ns: NodeState, iv: Interval, count: bool) -> None:
@@ -126,9 +140,31 @@ def _model(ns: NodeState, iv: Interval, count: bool) -> None:
         figures[2] += iv.tokens or 0
 
 
-def event(acc: Ledger, ev: Event) -> None:
+def record(acc: Ledger, rec: Record) -> None:
+    """Any record, counted: an Interval, an Event or a Draft."""
+    if type(rec) is Interval:
+        interval(acc, rec, True)
+    elif type(rec) is Draft:
+        draft(acc, rec)
+    else:
+        event(acc, cast(Event, rec))
+
+
+def draft(acc: Ledger, d: Draft) -> None:
+    """A timed request's draft tokens, under its kind (by the tokens its interval counted)."""
+    kind = acc.kind_of.get(d.tokens)
+    if kind is None:
+        if len(acc.kind_of) >= KIND_OF_MAX:
+            acc.kind_of.clear()
+        kind = acc.kind_of[d.tokens] = acc.kinds.classify(d.tokens)
+    c = acc.nodes[d.node].kinds[kind]
+    c.draft_tokens += d.drafted
+    c.draft_accepted_tokens += d.accepted
+
+
+def event(acc: Ledger, ev: Event) -> None:  # noqa: C901 (one branch a kind of event)
     """Something the parser saw that is no finished request."""
-    node, time_us, kind, _, slot, task, _, model = ev
+    node, time_us, kind, _, slot, task, _, model, value = ev
     ns = acc.nodes[node]
     key: InFlightKey | None = None
     if slot is not None and task is not None:  # (a model instance's have its name)
@@ -147,12 +183,46 @@ def event(acc: Ledger, ev: Event) -> None:
         ns.server_up = 1 if kind is EventKind.SERVER_UP else 0
         if kind is EventKind.SERVER_DOWN:
             startup(acc, ns, ev)
+            _awake(ns, time_us)
     elif kind is EventKind.RESTART:  # (the old server's requests end when it has gone)
         ns.restarts += 1
         if not model:  # (a router's model instance is the router's build: it logs them)
             ns.start_lines = False
+            _awake(ns, time_us)
     elif kind is EventKind.PARSE_ERROR:
         ns.parse_errors += 1
+    elif model:  # (an instance's sleep, a request's speed in one: the router's node is up)
+        if kind is EventKind.QUEUED or kind is EventKind.LOAD_WAIT:
+            _queue(ns, ev)
+        elif kind is EventKind.DECODE and key is not None and key in ns.in_flight:
+            ns.decoding[key] = value or 0
+    elif kind is EventKind.SLEEP:
+        if ns.asleep_since_us is None:
+            ns.asleep_since_us = time_us
+    elif kind is EventKind.WAKE:
+        _awake(ns, time_us)
+    elif kind is EventKind.DECODE and key is not None and key in ns.in_flight:
+        ns.decoding[key] = value or 0
+
+
+def _awake(ns: NodeState, time_us: int) -> None:
+    """The node's server no longer sleeps (it woke, stopped or was replaced)."""
+    since = ns.asleep_since_us
+    if since is not None:
+        ns.asleep_us += max(0, time_us - since)
+        ns.asleep_since_us = None
+
+
+def _queue(ns: NodeState, ev: Event) -> None:
+    """A router's queue line: a request queued for `model` (at its place), or waiting for
+    its instance to load."""
+    figures = model_figures(ns.queues, ev.model)
+    if ev.kind is EventKind.LOAD_WAIT:
+        figures[2] += 1
+        return
+    figures[0] += 1
+    if ev.value is not None and ev.value > figures[1]:
+        figures[1] = ev.value
 
 
 def _ended_unseen(ns: NodeState, key: InFlightKey | None, kind: EventKind) -> None:

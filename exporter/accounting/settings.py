@@ -2,8 +2,8 @@
 
 `exporter.ingest.settings.settings` builds it from a config (the daemon's, the report's and the
 backfill's alike); the defaults are the config schema's (`Settings` has none). Two of them are
-defined here, beside what they mean, for the schema to take: the duration buckets and the clock
-allowance.
+defined here, beside what they mean, for the schema to take: the histograms' buckets and the
+clock allowance.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from exporter.base.times import SECOND
 # through the seed's 2-15 s reconcile and 20-60 s extraction calls, to half an hour
 DEFAULT_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0)
 DEFAULT_BUCKETS_S += (60.0, 120.0, 300.0, 600.0, 1800.0)
+# seconds: a request's prompt evaluation (prefill) and its generation (decode), from a short
+# prompt's few milliseconds on a GPU to a long generation's ten minutes
+DEFAULT_PHASE_BUCKETS_S: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+DEFAULT_PHASE_BUCKETS_S += (2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # A node's journal time further ahead of the exporter's now than this is clock skew (a node's
 # clock, or a corrupted entry), shown as such.
 CLOCK_ALLOWANCE_US = 5 * SECOND
@@ -34,3 +38,5 @@ class Settings:
     clock_allowance_us: int  # a journal time further ahead of now is clock skew
     start_timeout_us: int  # the unit's TimeoutStartSec
     slow_start_share: float  # the share of it past which a start-up is slow
+    prompt_buckets_s: tuple[float, ...]  # the prompt-eval time histogram's upper bounds
+    generation_buckets_s: tuple[float, ...]  # the generation time histogram's

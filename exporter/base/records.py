@@ -96,6 +96,15 @@ class EventKind(enum.Enum):
     # a start-up line (which milestone: `detail`, one of MILESTONES; the line's own clock, its
     # log prefix in microseconds, in `task`: None without one)
     PHASE = "phase"
+    SLEEP = "sleep"  # the server went to sleep (`--sleep-idle-seconds`: it unloaded its model)
+    WAKE = "wake"  # it woke up (a reload follows: a start-up of the wake kind)
+    # the router queued a request for a model instance (`model`; `value` its position in the
+    # queue, None when it joined a request already queued for that model)
+    QUEUED = "queued"
+    LOAD_WAIT = "load_wait"  # a request waits until the router's instance of `model` is loaded
+    # a request in flight (`slot`, `task`) decodes at `value` hundredths of a token per second
+    # (its last 3 s, as the server logs it every 3 s of a long generation)
+    DECODE = "decode"
 
 
 # The start-up milestones a PHASE event names: systemd starting the unit, then the server's
@@ -111,7 +120,10 @@ SERVER_MILESTONES = (
     MILESTONE_LOADED,
     MILESTONE_LISTENING,
 )
-MILESTONES = (MILESTONE_STARTING, MILESTONE_STARTED, *SERVER_MILESTONES)
+# A sleeping server's wake-up opens a start-up of its own: `exiting sleeping state`, then the
+# reload's `loading model` and `n_slots = N` (after which it serves: it logs no `listening on`).
+MILESTONE_WAKING = "waking"
+MILESTONES = (MILESTONE_STARTING, MILESTONE_STARTED, *SERVER_MILESTONES, MILESTONE_WAKING)
 
 
 class Event(NamedTuple):
@@ -125,6 +137,7 @@ class Event(NamedTuple):
     task: int | None = None
     detail: str = ""
     model: str = ""  # the model instance it happened in, in router mode
+    value: int | None = None  # a figure the line gave (see the kinds that have one)
 
 
 # Event's field positions
@@ -136,10 +149,29 @@ E_SLOT: Final = 4
 E_TASK: Final = 5
 E_DETAIL: Final = 6
 E_MODEL: Final = 7
+E_VALUE: Final = 8
 
-Record = Interval | Event
+
+class Draft(NamedTuple):
+    """A timed request's speculative decoding: of the `drafted` tokens the draft model
+    proposed, the target model accepted `accepted` (the line after the request's timing
+    block). `tokens` is what its Interval counted (its kind's), None when the block was not
+    seen."""
+
+    node: str
+    time_us: int
+    pid: int
+    slot: int
+    task: int
+    tokens: int | None
+    drafted: int
+    accepted: int
+    model: str = ""
+
+
+Record = Interval | Event | Draft
 # Each record's field names by its name, as exporter.compiled.switch hands them to the compiled
-# modules (which refuse any other)
+# modules (which refuse any other; they leave a Draft to the Python code)
 RECORD_FIELDS = {"LogLine": LogLine._fields, "Interval": Interval._fields, "Event": Event._fields}
 
 

@@ -26,7 +26,7 @@ from operator import attrgetter
 from typing import Any
 
 from exporter.accounting.accounting import Accounting
-from exporter.accounting.figures import model_figures
+from exporter.accounting.figures import KindCounters, model_figures
 from exporter.base.records import CANCELLED, ERROR_REASON, REASONS
 from exporter.base.times import fits
 from exporter.checkpoint.shapes import (
@@ -50,8 +50,11 @@ from exporter.parse.contract import BLOCK_FIELDS
 from exporter.parse.parser import MAX_INSTANCES, SPAWNED, Parser
 from exporter.startup.llama import Tracker
 
-VERSION = 9
+VERSION = 10
 UNVERSIONED = 1  # the `format` versions 1 to 8 were written under
+FIRST_KEPT = 9  # the first version kept in `format`
+# the config's settings of the histograms' buckets, in the order a saved kind holds them
+BUCKET_SETTINGS = ("duration_buckets", "prompt_duration_buckets", "generation_duration_buckets")
 MAX_COUNT = 2**63 - 1  # (what the compiled sweep and the renderer hold)
 
 # A node's counters as saved, in this order (newest_us and last_end_us are times, the second
@@ -80,6 +83,9 @@ KIND_COUNTERS = (
     "generation_us",
 )
 BUCKETS_AT, HISTOGRAM_AT = len(KIND_COUNTERS), len(KIND_COUNTERS) + 1
+# (from version 10 on, these follow: the prompt-eval and generation histograms, each its buckets
+# and its sum, then the draft tokens, proposed and accepted)
+PROMPT_AT, GENERATION_AT, DRAFT_AT = HISTOGRAM_AT + 1, HISTOGRAM_AT + 3, HISTOGRAM_AT + 5
 _node_counters = attrgetter(*NODE_COUNTERS)
 _kind_counters = attrgetter(*KIND_COUNTERS)
 
@@ -122,6 +128,8 @@ def state_of(acc: Accounting) -> dict[str, Any]:
         "watermark_us": acc.watermark_us,
         "kinds": [[r.name, r.min_tokens, r.max_tokens] for r in acc.kinds.rules],
         "buckets_us": list(acc.buckets_us),
+        "prompt_buckets_us": list(acc.prompt_buckets_us),
+        "generation_buckets_us": list(acc.generation_buckets_us),
         "concurrency_us": list(acc.concurrency_us),
         "mix_us": dict(acc.mix_us),
         "pending": [[s, e, acc.node_names[n], kinds_by_bit[bit]] for s, e, n, bit in acc.pending],
@@ -135,14 +143,29 @@ def state_of(acc: Accounting) -> dict[str, Any]:
                 "server_up": ns.server_up,
                 "models": {m: list(v) for m, v in ns.models.items()},
                 "startups": ns.startups.state(),
-                "kinds": {
-                    k: [*_kind_counters(c), list(c.buckets), c.histogram_us]
-                    for k, c in ns.kinds.items()
-                },
+                "asleep_since_us": ns.asleep_since_us,
+                "asleep_us": ns.asleep_us,
+                "queues": {m: list(v) for m, v in ns.queues.items()},
+                "kinds": {k: _kind_row(c) for k, c in ns.kinds.items()},
             }
             for name, ns in acc.nodes.items()
         },
     }
+
+
+def _kind_row(c: KindCounters) -> list[Any]:
+    """A kind's counters as saved (see KIND_COUNTERS)."""
+    return [
+        *_kind_counters(c),
+        list(c.buckets),
+        c.histogram_us,
+        list(c.prompt_buckets),
+        c.prompt_histogram_us,
+        list(c.generation_buckets),
+        c.generation_histogram_us,
+        c.draft_tokens,
+        c.draft_accepted_tokens,
+    ]
 
 
 def parser_state(p: Parser) -> dict[str, Any]:
@@ -161,6 +184,7 @@ def parser_state(p: Parser) -> dict[str, Any]:
             [pid, s.since_us, _context_state(s), s.n_slots, s.second] for pid, s in p.others.items()
         ],
         "seen": list(p.seen),
+        "recent_totals": [[slot, task, tokens] for (slot, task), tokens in p.recent_totals.items()],
         "instances": [[port, sub.model, parser_state(sub)] for port, sub in p.instances.items()],
         "spawned": [[name, status] for name, status in p.spawned.items()],
     }
@@ -207,14 +231,22 @@ def restore(acc: Accounting, saved: dict[str, Any]) -> list[str]:
     check(ACCOUNTING, saved, "accounting")
     notes: list[str] = []
     same_kinds = saved["kinds"] == [[r.name, r.min_tokens, r.max_tokens] for r in acc.kinds.rules]
-    same_buckets = saved["buckets_us"] == list(acc.buckets_us)
+    same = (
+        saved["buckets_us"] == list(acc.buckets_us),
+        saved["prompt_buckets_us"] == list(acc.prompt_buckets_us),
+        saved["generation_buckets_us"] == list(acc.generation_buckets_us),
+    )
     if not same_kinds:
         notes.append("the kinds changed: per-kind and mix counters start again from 0")
-    elif not same_buckets:
-        notes.append(
-            "duration_buckets changed: the duration histograms (buckets, count and sum) start "
-            "again from 0"
-        )
+    else:
+        bounds = ("buckets_us", "prompt_buckets_us", "generation_buckets_us")
+        names = ("duration", "prompt-eval", "generation")
+        for setting, kept, at, name in zip(BUCKET_SETTINGS, same, bounds, names, strict=True):
+            if not kept and saved[at]:  # (none saved: a version without that histogram)
+                notes.append(
+                    f"{setting} changed: the {name} histograms (buckets, count and sum) start "
+                    "again from 0"
+                )
     acc.origin_us, acc.watermark_us = saved["origin_us"], saved["watermark_us"]
     saved_conc = list(saved["concurrency_us"])
     acc.concurrency_us = (saved_conc + [0] * len(acc.concurrency_us))[: len(acc.concurrency_us)]
@@ -229,7 +261,7 @@ def restore(acc: Accounting, saved: dict[str, Any]) -> list[str]:
         if name not in acc.nodes:
             notes.append(f"node {name} is no longer configured: its counters are dropped")
             continue
-        _restore_node(acc, name, node, same_kinds, same_buckets)
+        _restore_node(acc, name, node, same_kinds, same)
     for name in acc.nodes.keys() - saved["nodes"].keys():
         notes.append(f"node {name} is new: it starts at `since`")
     acc.drop_copies()
@@ -242,10 +274,14 @@ def restore(acc: Accounting, saved: dict[str, Any]) -> list[str]:
 
 
 def _restore_node(
-    acc: Accounting, name: str, saved: dict[str, Any], same_kinds: bool, same_buckets: bool
+    acc: Accounting,
+    name: str,
+    saved: dict[str, Any],
+    same_kinds: bool,
+    same_buckets: tuple[bool, bool, bool],
 ) -> None:
     """One node's saved figures into `acc` (checked already): its per-kind counters unless the
-    kinds changed, their histograms unless the buckets did too (those start from 0)."""
+    kinds changed, each histogram unless its buckets did too (it starts from 0)."""
     ns = acc.nodes[name]
     for f in NODE_COUNTERS:
         setattr(ns, f, saved[f])
@@ -258,18 +294,30 @@ def _restore_node(
     ns.slots, up = saved["slots"], saved["server_up"]
     ns.server_up = None if up is None else int(bool(up))
     ns.startups = Tracker.from_state(name, saved["startups"])
-    for model, values in saved["models"].items():
-        figures = model_figures(ns.models, model)
-        for i, v in enumerate(values):
-            figures[i] += v
-    if not same_kinds:
-        return
-    for k, values in saved["kinds"].items():
-        c = ns.kinds[k]
-        for f, v in zip(KIND_COUNTERS, values, strict=False):
-            setattr(c, f, v)
-        if same_buckets:
-            c.buckets, c.histogram_us = list(values[BUCKETS_AT]), values[HISTOGRAM_AT]
+    ns.asleep_since_us, ns.asleep_us = saved["asleep_since_us"], saved["asleep_us"]
+    for into, figures_by_model in ((ns.models, saved["models"]), (ns.queues, saved["queues"])):
+        for model, values in figures_by_model.items():
+            figures = model_figures(into, model)
+            for i, v in enumerate(values):
+                figures[i] = max(figures[i], v) if into is ns.queues and i == 1 else figures[i] + v
+    if same_kinds:
+        for k, values in saved["kinds"].items():
+            _restore_kind(ns.kinds[k], values, same_buckets)
+
+
+def _restore_kind(c: KindCounters, values: list[Any], same_buckets: tuple[bool, ...]) -> None:
+    """A kind's saved counters into `c`, each histogram unless its buckets changed."""
+    durations, prompts, generations = same_buckets
+    for f, v in zip(KIND_COUNTERS, values, strict=False):
+        setattr(c, f, v)
+    c.draft_tokens, c.draft_accepted_tokens = values[DRAFT_AT], values[DRAFT_AT + 1]
+    if durations:
+        c.buckets, c.histogram_us = list(values[BUCKETS_AT]), values[HISTOGRAM_AT]
+    if prompts:
+        c.prompt_buckets, c.prompt_histogram_us = list(values[PROMPT_AT]), values[PROMPT_AT + 1]
+    if generations:
+        c.generation_buckets = list(values[GENERATION_AT])
+        c.generation_histogram_us = values[GENERATION_AT + 1]
 
 
 def parser_of(node: str, saved: dict[str, Any]) -> Parser:
@@ -294,6 +342,7 @@ def _built(node: str, saved: dict[str, Any]) -> Parser:
         _take_context(other, context)
         p.others[pid] = other
     p.seen = dict.fromkeys(saved["seen"])
+    p.recent_totals = {(slot, task): tokens for slot, task, tokens in saved["recent_totals"]}
     for port, model, sub in saved["instances"][:MAX_INSTANCES]:
         instance = p.instances[port] = _built(node, sub)
         instance.model = model
@@ -319,8 +368,8 @@ def written_as(saved: Mapping[str, Any]) -> int:
     """The version of a checkpoint, told by its `format` (9 on) or, for one written as
     `"format": 1`, by the keys each later version added (CheckpointError for any other)."""
     found = saved.get("format")
-    if type(found) is int and found == VERSION:
-        return VERSION
+    if type(found) is int and FIRST_KEPT <= found <= VERSION:
+        return found
     if type(found) is not int or found != UNVERSIONED:
         raise CheckpointError(
             f"checkpoint format {found!r}, this version reads format {VERSION} (and the "
@@ -435,6 +484,19 @@ def _to_9(saved: dict[str, Any]) -> None:
     """The version kept in `format` (the content is version 8's)."""
 
 
+def _to_10(saved: dict[str, Any]) -> None:
+    """Issue 32: each kind's prompt-eval and generation histograms (of no buckets before: they
+    start from 0) and draft tokens; each node's sleep and its router's queues; each parser's
+    last timed requests (a draft line follows one)."""
+    saved["accounting"].update(prompt_buckets_us=[], generation_buckets_us=[])
+    for p in _parsers(saved):
+        p["recent_totals"] = []
+    for node in _nodes(saved):
+        node.update(asleep_since_us=None, asleep_us=0, queues={})
+        for values in node["kinds"].values():
+            values += [[0], 0, [0], 0, 0, 0]
+
+
 MIGRATIONS: tuple[Callable[[dict[str, Any]], None], ...] = (
     _to_2,
     _to_3,
@@ -444,6 +506,7 @@ MIGRATIONS: tuple[Callable[[dict[str, Any]], None], ...] = (
     _to_7,
     _to_8,
     _to_9,
+    _to_10,
 )
 
 # -- the schema ---------------------------------------------------------------------------------
@@ -464,8 +527,12 @@ def _by_tracker(value: Any, where: str) -> None:
 
 
 COUNT = int_in(0, MAX_COUNT, "not a counter")
-_KIND = row(*[COUNT] * len(KIND_COUNTERS), list_of(COUNT), COUNT)
-_STARTUPS = record(dict.fromkeys(("last", "current", "last_pid", "started_due"), _by_tracker))
+_HISTOGRAM = (list_of(COUNT), COUNT)
+_KIND = row(*[COUNT] * len(KIND_COUNTERS), *_HISTOGRAM * 3, COUNT, COUNT)
+_STARTUPS = record(
+    dict.fromkeys(("last", "current", "last_pid", "started_due"), _by_tracker),
+    {"last_wake": _by_tracker},  # (a server that never slept: none)
+)
 NODE = record(
     {
         **dict.fromkeys(NODE_COUNTERS, COUNT),
@@ -479,6 +546,9 @@ NODE = record(
         "server_up": optional(COUNT),
         "models": map_of(row(COUNT, COUNT, COUNT)),
         "startups": _STARTUPS,  # (its fields: Tracker.from_state's)
+        "asleep_since_us": optional(_time),
+        "asleep_us": COUNT,
+        "queues": map_of(row(COUNT, COUNT, COUNT)),
         "kinds": map_of(_KIND),
     }
 )
@@ -488,6 +558,8 @@ ACCOUNTING = record(
         "watermark_us": _time,
         "kinds": list_of(row(TEXT, optional(INT), optional(INT))),
         "buckets_us": list_of(INT),
+        "prompt_buckets_us": list_of(INT),
+        "generation_buckets_us": list_of(INT),
         "concurrency_us": list_of(COUNT),
         "mix_us": map_of(COUNT),
         "pending": list_of(row(_time, _time, TEXT, TEXT)),
@@ -520,6 +592,7 @@ PARSER = record(
         "last_us": INT,
         "others": list_of(row(INT, INT, record(_CONTEXT), INT, FLAG)),
         "seen": list_of(INT),
+        "recent_totals": list_of(row(INT, INT, optional(COUNT))),
         "instances": list_of(row(INT, TEXT, _instance)),
         "spawned": list_of(row(TEXT, TEXT)),
     }

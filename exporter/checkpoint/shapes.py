@@ -114,18 +114,22 @@ def map_of(what: Check) -> Check:
     return checked
 
 
-def record(fields: Mapping[str, Check]) -> Check:
-    """An object of exactly these keys, each value what its check takes."""
+def record(fields: Mapping[str, Check], optional: Mapping[str, Check] | None = None) -> Check:
+    """An object of exactly these keys (and any of the `optional` ones), each value what its
+    check takes."""
+    extras = dict(optional or {})
 
     def checked(value: Any, where: str) -> None:
         if type(value) is not dict:
             raise refusal(value, where, "not an object")
-        if value.keys() != fields.keys():
-            missing, extra = sorted(fields.keys() - value), sorted(map(str, value.keys() - fields))
+        if value.keys() - extras.keys() != fields.keys():
+            missing = sorted(fields.keys() - value)
+            extra = sorted(map(str, value.keys() - fields.keys() - extras.keys()))
             what = [f"no {', '.join(missing)}"] if missing else []
             what += [f"unknown {', '.join(extra)}"] if extra else []
             raise ValueError(f"{where or 'the document'}: {'; '.join(what)}")
-        for key, each in fields.items():
-            each(value[key], f"{where}.{key}" if where else key)
+        for key, each in (*fields.items(), *extras.items()):
+            if key in value:
+                each(value[key], f"{where}.{key}" if where else key)
 
     return checked

@@ -139,13 +139,14 @@ enum {
     I_GENERATION_US, I_SLOT, I_TASK, I_PID, I_REASON, I_MODEL, I_N
 };
 #define N_COUNTS (I_GENERATION_US - I_TOKENS + 1) /* tokens .. generation_us: counted as given */
-enum { E_NODE, E_TIME_US, E_KIND, E_PID, E_SLOT, E_TASK, E_DETAIL, E_MODEL, E_N };
+enum { E_NODE, E_TIME_US, E_KIND, E_PID, E_SLOT, E_TASK, E_DETAIL, E_MODEL, E_VALUE, E_N };
 /* accounting.contract.RecordTypes: what add_all takes records of */
 enum { T_INTERVAL, T_EVENT, T_STARTED, T_N };
 /* accounting.contract.ACCOUNTING_READS: the Accounting attributes add_all reads */
 enum {
-    C_NODES, C_NODE_INDEX, C_KIND_OF, C_KIND_BIT, C_BUCKETS_US, C_ORIGIN_US, C_WATERMARK_US,
-    C_PENDING, C_SORTED_KINDS, C_KIND_CACHE, C_N
+    C_NODES, C_NODE_INDEX, C_KIND_OF, C_KIND_BIT, C_BUCKETS_US, C_PROMPT_BUCKETS_US,
+    C_GENERATION_BUCKETS_US, C_ORIGIN_US, C_WATERMARK_US, C_PENDING, C_SORTED_KINDS,
+    C_KIND_CACHE, C_N
 };
 /* a pending interval's items (Accounting.pending, accounting/sweep.py's Pending) */
 enum { P_START, P_END, P_NODE, P_BIT, P_N };
@@ -154,11 +155,12 @@ static const char *const interval_fields[I_N] = {
     "node", "start_us", "end_us", "tokens", "prompt_tokens", "generated_tokens", "prompt_us",
     "generation_us", "slot", "task", "pid", "reason", "model"};
 static const char *const event_fields[E_N] = {"node", "time_us", "kind", "pid",
-                                              "slot", "task", "detail", "model"};
+                                              "slot", "task", "detail", "model", "value"};
 static const char *const record_types[T_N] = {"interval", "event", "started"};
 static const char *const accounting_reads[C_N] = {
-    "nodes",        "node_index", "kind_of",      "kind_bit",   "buckets_us",
-    "origin_us",    "watermark_us", "pending",    "sorted_kinds", "kind_cache"};
+    "nodes",     "node_index",   "kind_of", "kind_bit",     "buckets_us",
+    "prompt_buckets_us",         "generation_buckets_us",   "origin_us",
+    "watermark_us", "pending",   "sorted_kinds",            "kind_cache"};
 static PyObject *accounting_names[C_N]; /* (interned) */
 
 /* accounting.contract.NODE_READS, then KIND_READS: a NodeState's attributes add_all reads or
@@ -178,12 +180,17 @@ enum {
     A_GENERATION_US,
     A_HISTOGRAM_US,
     A_BUCKETS,
+    A_PROMPT_HISTOGRAM_US,
+    A_PROMPT_BUCKETS,
+    A_GENERATION_HISTOGRAM_US,
+    A_GENERATION_BUCKETS,
     N_NAMES
 };
 static const char *const NAMES[N_NAMES] = {
     "in_flight",  "kinds",         "late",      "last_end_us",  "start_lines",
     "requests",   "request_us",    "tokens",    "prompt_tokens", "generated_tokens",
     "prompt_us",  "generation_us", "histogram_us", "buckets",
+    "prompt_histogram_us", "prompt_buckets", "generation_histogram_us", "generation_buckets",
 };
 static PyObject *names[N_NAMES];
 #define N_NODE_NAMES A_REQUESTS /* the NodeState's come first */
@@ -205,8 +212,7 @@ static const struct {
 
 /* ---- add_all ----------------------------------------------------------------------------- */
 
-/* the sums of one KindCounters, in the order of the names from A_REQUESTS (histogram_us takes
- * what request_us takes) */
+/* the sums of one KindCounters, in the order of the names from A_REQUESTS (to A_GENERATION_US) */
 enum {
     S_REQUESTS,
     S_REQUEST_US,
@@ -218,6 +224,23 @@ enum {
     N_SUMS
 };
 
+/* The histograms a timed request counts in (intake.interval and intake._phases): its duration,
+ * always; its prompt evaluation and its generation, each when its timing block gave it (a
+ * value None counts in no bucket). Each has its own bounds (a tuple of the Accounting), its
+ * buckets (a list of the KindCounters: one count a bound, then +Inf) and the sum of the values
+ * they took (an int of the KindCounters). */
+enum { H_DURATION, H_PROMPT, H_GENERATION, N_HIST };
+static const struct {
+    int bounds;       /* the Accounting's bounds: a C_ index */
+    int sum, buckets; /* the KindCounters' sum and buckets: A_ indexes */
+    int field;        /* the Interval field it takes (I_N: the duration, end - start) */
+} hists[N_HIST] = {
+    [H_DURATION] = {C_BUCKETS_US, A_HISTOGRAM_US, A_BUCKETS, I_N},
+    [H_PROMPT] = {C_PROMPT_BUCKETS_US, A_PROMPT_HISTOGRAM_US, A_PROMPT_BUCKETS, I_PROMPT_US},
+    [H_GENERATION] = {C_GENERATION_BUCKETS_US, A_GENERATION_HISTOGRAM_US, A_GENERATION_BUCKETS,
+                      I_GENERATION_US},
+};
+
 typedef struct {
     PyObject *kind;     /* the kind name, as `kind_of` gave it (strong) */
     PyObject *counters; /* its KindCounters of the node (strong) */
@@ -225,7 +248,8 @@ typedef struct {
     int bit_int;
     int index;          /* the kind's bit (its index in the sorted kinds), or -1 */
     long long sum[N_SUMS];
-    long long *buckets; /* what each bucket takes */
+    long long hsum[N_HIST];     /* what each histogram's sum takes */
+    long long *buckets[N_HIST]; /* what each of its buckets takes (one block, from buckets[0]) */
 } KSlot;
 
 #define MAX_CACHED_KINDS 64
@@ -262,7 +286,8 @@ typedef struct {
 
 typedef struct {
     NSlot *n;
-    Py_ssize_t nn, capn, n_buckets; /* n_buckets: len(buckets_us) + 1 */
+    Py_ssize_t nn, capn;
+    Py_ssize_t n_buckets[N_HIST], all_buckets; /* each histogram's len(bounds) + 1; their sum */
     Launch launch[MAX_LAUNCHES];
     int nl;
 } Sums;
@@ -293,7 +318,7 @@ static void sums_free(Sums *s) {
         for (Py_ssize_t j = 0; j < n->nk; j++) {
             KSlot *k = &n->k[j];
             Py_DECREF(k->kind), Py_DECREF(k->counters), Py_DECREF(k->bit);
-            free(k->buckets);
+            free(k->buckets[0]);
         }
         free(n->k);
         Py_DECREF(n->name), Py_DECREF(n->ns), Py_DECREF(n->in_flight), Py_DECREF(n->kinds);
@@ -301,6 +326,35 @@ static void sums_free(Sums *s) {
     }
     free(s->n);
     s->n = NULL, s->nn = s->capn = 0;
+}
+
+/* counters.<name>[b] += add[b] for each of the n buckets that took a value; -1 on an error (a
+ * MemoryError, or a RuntimeError when the list is no longer one of n) */
+static int buckets_flush(PyObject *counters, PyObject *name, const long long *add, Py_ssize_t n) {
+    Py_ssize_t b = 0;
+    while (b < n && add[b] == 0) b++;
+    if (b == n) return 0; /* (a histogram that took nothing: the Python code leaves it alone) */
+    PyObject *buckets = PyObject_GetAttr(counters, name);
+    if (buckets == NULL) return -1;
+    int r = 0;
+    if (!PyList_CheckExact(buckets) || PyList_GET_SIZE(buckets) != n) {
+        PyErr_Format(PyExc_RuntimeError, "the %U changed while add_all ran", name);
+        r = -1;
+    } else {
+        for (; b < n; b++) {
+            if (add[b] == 0) continue;
+            PyObject *d = PyLong_FromLongLong(add[b]);
+            PyObject *old = PyList_GET_ITEM(buckets, b);
+            PyObject *sum = d == NULL ? NULL : PyNumber_InPlaceAdd(old, d);
+            Py_XDECREF(d);
+            if (sum == NULL)
+                r = -1;
+            else
+                PyList_SetItem(buckets, b, sum); /* (steals sum, drops old) */
+        }
+    }
+    Py_DECREF(buckets);
+    return r;
 }
 
 /* Add every sum to the Python objects, as the Python loop would have, record by record (ints
@@ -315,31 +369,16 @@ static int sums_flush(Sums *s) {
             for (int f = 0; f < N_SUMS; f++)
                 if (k->sum[f] && attr_add(k->counters, names[A_REQUESTS + f], k->sum[f]) < 0)
                     r = -1;
-            if (k->sum[S_REQUEST_US] &&
-                attr_add(k->counters, names[A_HISTOGRAM_US], k->sum[S_REQUEST_US]) < 0)
-                r = -1;
-            PyObject *buckets = PyObject_GetAttr(k->counters, names[A_BUCKETS]);
-            if (buckets == NULL) {
-                r = -1;
-            } else if (!PyList_CheckExact(buckets) || PyList_GET_SIZE(buckets) != s->n_buckets) {
-                PyErr_SetString(PyExc_RuntimeError, "the buckets changed while add_all ran");
-                r = -1;
-            } else {
-                for (Py_ssize_t b = 0; b < s->n_buckets; b++) {
-                    if (k->buckets[b] == 0) continue;
-                    PyObject *d = PyLong_FromLongLong(k->buckets[b]);
-                    PyObject *old = PyList_GET_ITEM(buckets, b);
-                    PyObject *sum = d == NULL ? NULL : PyNumber_InPlaceAdd(old, d);
-                    Py_XDECREF(d);
-                    if (sum == NULL)
-                        r = -1;
-                    else
-                        PyList_SetItem(buckets, b, sum); /* (steals sum, drops old) */
-                }
+            for (int h = 0; h < N_HIST; h++) {
+                if (k->hsum[h] && attr_add(k->counters, names[hists[h].sum], k->hsum[h]) < 0)
+                    r = -1;
+                if (buckets_flush(k->counters, names[hists[h].buckets], k->buckets[h],
+                                  s->n_buckets[h]) < 0)
+                    r = -1;
             }
-            Py_XDECREF(buckets);
             memset(k->sum, 0, sizeof k->sum);
-            memset(k->buckets, 0, sizeof(long long) * s->n_buckets);
+            memset(k->hsum, 0, sizeof k->hsum);
+            memset(k->buckets[0], 0, sizeof(long long) * (size_t)s->all_buckets);
         }
         if (n->late && attr_add(n->ns, names[A_LATE], n->late) < 0) r = -1;
         n->late = 0;
@@ -422,9 +461,17 @@ typedef struct {
     unsigned char *cache; /* kind_cache: 1 + the bit index of kind_of[tokens], or 0 */
     Py_ssize_t cache_len;
     long long origin_us, watermark_us;
-    const long long *bounds;
-    Py_ssize_t n_bounds;
+    const long long *bounds[N_HIST]; /* each histogram's bounds (as ints) */
+    Py_ssize_t n_bounds[N_HIST];
+    int in_order[N_HIST]; /* each histogram's bounds never go down (as a config's rise) */
 } Ctx;
+
+/* 1 when the KindCounters' counter names[a] is an int (exactly), else 0 (no error set) */
+static int counter_is_int(PyObject *counters, int a) {
+    int ok = attr_is_int(counters, names[a], 0);
+    if (ok < 0) PyErr_Clear(); /* (no such attribute: Python names the error) */
+    return ok > 0;
+}
 
 /* The slot of the node's counters of `kind` (a str); NULL as node_slot. */
 static KSlot *kind_slot(Sums *s, NSlot *n, PyObject *kind, const Ctx *c, int *err) {
@@ -440,24 +487,23 @@ static KSlot *kind_slot(Sums *s, NSlot *n, PyObject *kind, const Ctx *c, int *er
     }
     for (Py_ssize_t j = 0; j < n->nk; j++) /* (another str of the same kind) */
         if (n->k[j].counters == counters && n->k[j].bit == bit) return &n->k[j];
-    /* what KindCounters holds: ints, and a list of ints of one per bucket */
-    for (int a = A_REQUESTS; a <= A_HISTOGRAM_US; a++) {
-        int ok = attr_is_int(counters, names[a], 0);
-        if (ok <= 0) {
+    /* what KindCounters holds: ints, and for each histogram an int and a list of ints of one
+     * per bucket */
+    for (int a = A_REQUESTS; a <= A_GENERATION_US; a++)
+        if (!counter_is_int(counters, a)) return NULL;
+    for (int h = 0; h < N_HIST; h++) {
+        if (!counter_is_int(counters, hists[h].sum)) return NULL;
+        PyObject *buckets = PyObject_GetAttr(counters, names[hists[h].buckets]);
+        if (buckets == NULL) {
             PyErr_Clear();
             return NULL;
         }
+        int ok = PyList_CheckExact(buckets) && PyList_GET_SIZE(buckets) == s->n_buckets[h];
+        for (Py_ssize_t b = 0; ok && b < s->n_buckets[h]; b++)
+            ok = PyLong_CheckExact(PyList_GET_ITEM(buckets, b));
+        Py_DECREF(buckets);
+        if (!ok) return NULL;
     }
-    PyObject *buckets = PyObject_GetAttr(counters, names[A_BUCKETS]);
-    if (buckets == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    int ok = PyList_CheckExact(buckets) && PyList_GET_SIZE(buckets) == s->n_buckets;
-    for (Py_ssize_t b = 0; ok && b < s->n_buckets; b++)
-        ok = PyLong_CheckExact(PyList_GET_ITEM(buckets, b));
-    Py_DECREF(buckets);
-    if (!ok) return NULL;
     if (n->nk == n->capk) {
         Py_ssize_t cap = n->capk ? 2 * n->capk : 4;
         KSlot *more = realloc(n->k, sizeof(KSlot) * cap);
@@ -468,7 +514,7 @@ static KSlot *kind_slot(Sums *s, NSlot *n, PyObject *kind, const Ctx *c, int *er
         }
         n->k = more, n->capk = cap;
     }
-    long long *bucket_sums = calloc((size_t)s->n_buckets, sizeof(long long));
+    long long *bucket_sums = calloc((size_t)s->all_buckets, sizeof(long long));
     if (bucket_sums == NULL) {
         PyErr_NoMemory();
         *err = 1;
@@ -477,7 +523,9 @@ static KSlot *kind_slot(Sums *s, NSlot *n, PyObject *kind, const Ctx *c, int *er
     KSlot *k = &n->k[n->nk++];
     memset(k, 0, sizeof *k);
     Py_INCREF(kind), Py_INCREF(counters), Py_INCREF(bit);
-    k->kind = kind, k->counters = counters, k->bit = bit, k->buckets = bucket_sums;
+    k->kind = kind, k->counters = counters, k->bit = bit;
+    for (int h = 0; h < N_HIST; h++) /* (each histogram's buckets after the one before's) */
+        k->buckets[h] = h ? k->buckets[h - 1] + s->n_buckets[h - 1] : bucket_sums;
     k->bit_int = PyLong_CheckExact(bit);
     /* the kind's index, when its bit and the sorted names agree on it (they do: both come from
      * Accounting.__init__), for the kind cache */
@@ -508,6 +556,18 @@ static Py_ssize_t bisect_left(const long long *a, Py_ssize_t n, long long x) {
             hi = mid;
     }
     return lo;
+}
+
+/* bisect.bisect_left of sorted bounds (how many are below x): as many steps whatever x is,
+ * each without a branch (a value's bucket is no branch the processor could predict) */
+static Py_ssize_t sorted_bisect_left(const long long *a, Py_ssize_t n, long long x) {
+    const long long *base = a;
+    while (n > 1) {
+        Py_ssize_t half = n >> 1;
+        base += half * (base[half - 1] < x); /* (arithmetic: a conditional here is a branch) */
+        n -= half;
+    }
+    return (base - a) + (n == 1 && *base < x);
 }
 
 /* (slot, task) of a record, for in_flight: 1 when both are ints that fit, 0 when either is
@@ -558,6 +618,16 @@ static int take_interval(Sums *s, const Ctx *c, PyObject *iv) {
         return 0;
     for (int i = 0; i < N_COUNTS; i++)
         if (!add_ok(k->sum[S_TOKENS + i], v[i], &sum)) return 0;
+    /* each histogram's value: the duration, the prompt's and the generation's (where given) */
+    long long x[N_HIST];
+    int has[N_HIST];
+#pragma GCC unroll 3 /* (N_HIST: each histogram's field known while compiling) */
+    for (int h = 0; h < N_HIST; h++) {
+        int field = hists[h].field;
+        has[h] = field == I_N || f[field] != Py_None;
+        x[h] = field == I_N ? duration : v[field - I_TOKENS];
+        if (has[h] && !add_ok(k->hsum[h], x[h], &sum)) return 0;
+    }
     /* the timeline: from the origin, and from the watermark if it began behind it (late) */
     PyObject *from = start > c->origin_us ? start_o : c->origin;
     long long from_us = start > c->origin_us ? start : c->origin_us;
@@ -593,7 +663,15 @@ static int take_interval(Sums *s, const Ctx *c, PyObject *iv) {
     }
     k->sum[S_REQUESTS] += 1, k->sum[S_REQUEST_US] += duration;
     for (int j = 0; j < N_COUNTS; j++) k->sum[S_TOKENS + j] += v[j];
-    k->buckets[bisect_left(c->bounds, c->n_bounds, duration)] += 1;
+#pragma GCC unroll 3
+    for (int h = 0; h < N_HIST; h++)
+        if (has[h]) {
+            const long long *bounds = c->bounds[h];
+            Py_ssize_t n_bounds = c->n_bounds[h];
+            k->hsum[h] += x[h];
+            k->buckets[h][c->in_order[h] ? sorted_bisect_left(bounds, n_bounds, x[h])
+                                         : bisect_left(bounds, n_bounds, x[h])] += 1;
+        }
     if (!n->has_end || end > n->last_end) n->last_end = end, n->has_end = 1;
     n->late += late;
     if (end > from_us) {
@@ -648,15 +726,16 @@ static PyObject *take_all(PyObject *recs, PyObject *start_o, PyObject *const *a,
              .kind_bit = a[C_KIND_BIT], .origin = a[C_ORIGIN_US], .watermark = a[C_WATERMARK_US],
              .pending = a[C_PENDING], .sorted = a[C_SORTED_KINDS]};
     PyObject *cache = a[C_KIND_CACHE];
-    PyObject *bounds_o = a[C_BUCKETS_US];
     PyObject *interval_type = PyTuple_GET_ITEM(types, T_INTERVAL);
     PyObject *event_type = PyTuple_GET_ITEM(types, T_EVENT);
     PyObject *started = PyTuple_GET_ITEM(types, T_STARTED);
     Py_ssize_t start = PyLong_AsSsize_t(start_o);
     if (start == -1 && PyErr_Occurred()) return NULL;
+    int tuples = 1; /* (each histogram's bounds) */
+    for (int h = 0; h < N_HIST; h++) tuples = tuples && PyTuple_Check(a[hists[h].bounds]);
     if ((!PyList_CheckExact(recs) && !PyTuple_CheckExact(recs)) || !PyDict_CheckExact(c.nodes) ||
         !PyDict_CheckExact(c.node_index) || !PyDict_CheckExact(c.kind_of) ||
-        !PyDict_CheckExact(c.kind_bit) || !PyTuple_Check(bounds_o) ||
+        !PyDict_CheckExact(c.kind_bit) || !tuples ||
         !PyList_CheckExact(c.pending) || !PyTuple_CheckExact(c.sorted) ||
         !PyByteArray_CheckExact(cache)) {
         PyErr_SetString(PyExc_TypeError, "add_all(): an argument of the wrong type");
@@ -669,15 +748,25 @@ static PyObject *take_all(PyObject *recs, PyObject *start_o, PyObject *const *a,
         if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(c.sorted, j))) c.cache_len = 0;
     Py_ssize_t n_recs = PySequence_Fast_GET_SIZE(recs);
     if (start < 0 || start >= n_recs) return PyLong_FromSsize_t(start < 0 ? 0 : start);
-    Py_ssize_t n_bounds = PyTuple_GET_SIZE(bounds_o);
-    long long bounds_small[32], *bounds = bounds_small;
-    if (n_bounds > 32 && (bounds = malloc(sizeof(long long) * (size_t)n_bounds)) == NULL)
+    Py_ssize_t n_bounds = 0;
+    for (int h = 0; h < N_HIST; h++) n_bounds += PyTuple_GET_SIZE(a[hists[h].bounds]);
+    long long bounds_small[64], *bounds = bounds_small; /* (every histogram's, one after another) */
+    if (n_bounds > 64 && (bounds = malloc(sizeof(long long) * (size_t)n_bounds)) == NULL)
         return PyErr_NoMemory();
     int usable = as_i64(c.origin, &c.origin_us) && as_i64(c.watermark, &c.watermark_us);
-    for (Py_ssize_t b = 0; usable && b < n_bounds; b++)
-        usable = as_i64(PyTuple_GET_ITEM(bounds_o, b), &bounds[b]);
-    c.bounds = bounds, c.n_bounds = n_bounds;
-    Sums s = {.n_buckets = n_bounds + 1};
+    Sums s = {.all_buckets = 0};
+    long long *at = bounds;
+    for (int h = 0; h < N_HIST; h++) {
+        PyObject *bounds_o = a[hists[h].bounds];
+        Py_ssize_t n = PyTuple_GET_SIZE(bounds_o);
+        for (Py_ssize_t b = 0; usable && b < n; b++)
+            usable = as_i64(PyTuple_GET_ITEM(bounds_o, b), &at[b]);
+        c.bounds[h] = at, c.n_bounds[h] = n, c.in_order[h] = 1;
+        for (Py_ssize_t b = 1; usable && b < n; b++)
+            if (at[b - 1] > at[b]) c.in_order[h] = 0;
+        s.n_buckets[h] = n + 1, s.all_buckets += n + 1;
+        at += n;
+    }
 #if PY_VERSION_HEX < 0x030E0000 /* (from 3.14 a tuple caches its hash: no reuse) */
     PyObject *zeros[2] = {Py_None, Py_None};
     if ((c.key = int_tuple(2, zeros, 1)) == NULL) {

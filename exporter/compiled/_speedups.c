@@ -52,7 +52,7 @@ enum {
     I_NODE, I_START_US, I_END_US, I_TOKENS, I_PROMPT_TOKENS, I_GENERATED_TOKENS, I_PROMPT_US,
     I_GENERATION_US, I_SLOT, I_TASK, I_PID, I_REASON, I_MODEL, I_N
 };
-enum { E_NODE, E_TIME_US, E_KIND, E_PID, E_SLOT, E_TASK, E_DETAIL, E_MODEL, E_N };
+enum { E_NODE, E_TIME_US, E_KIND, E_PID, E_SLOT, E_TASK, E_DETAIL, E_MODEL, E_VALUE, E_N };
 /* parse.tokens: a Token's items, and the kinds this code makes (the first of TOKEN_KINDS) */
 enum { K_KIND, K_SLOT, K_TASK, K_US, K_COUNT, K_N };
 enum { OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE, TOKEN_KINDS_N };
@@ -68,7 +68,7 @@ static const char *const interval_fields[I_N] = {
     "node", "start_us", "end_us", "tokens", "prompt_tokens", "generated_tokens", "prompt_us",
     "generation_us", "slot", "task", "pid", "reason", "model"};
 static const char *const event_fields[E_N] = {"node", "time_us", "kind", "pid",
-                                              "slot", "task", "detail", "model"};
+                                              "slot", "task", "detail", "model", "value"};
 static const char *const token_fields[K_N] = {"kind", "slot", "task", "us", "count"};
 static const char *const token_kinds[TOKEN_KINDS_N] = {"OTHER", "HEADER", "PROMPT", "EVAL",
                                                        "TOTAL", "LAUNCH", "RELEASE"};
@@ -1109,8 +1109,10 @@ static int ascii_token(const char *s, Py_ssize_t n, Tok *t) {
                    : lit(&c, "total time")     ? TOTAL
                                                : OTHER;
         if (kind == OTHER) {
+            /* (a draft acceptance or n_gen line: its figures are the reference's to read) */
             if (contains(rest, rest_n, "time") || contains(rest, rest_n, "launch_slot_") ||
-                contains(rest, rest_n, "release"))
+                contains(rest, rest_n, "release") || contains(rest, rest_n, "draft acceptance = ") ||
+                contains(rest, rest_n, "n_gen = "))
                 return 0;
             return t->kind = OTHER, 1;
         }
@@ -1355,6 +1357,7 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
             [E_TASK] = PyLong_FromLongLong(t->task),
             [E_DETAIL] = Py_NewRef(types[T_EMPTY]),
             [E_MODEL] = Py_NewRef(types[T_EMPTY]),
+            [E_VALUE] = Py_NewRef(Py_None),
         };
         PyObject *ev = record((PyTypeObject *)types[T_EVENT], items, E_N);
         if (ev == NULL) return -1;

@@ -46,6 +46,8 @@ _SETTINGS: tuple[tuple[str, Callable[[Any], Any] | None, str], ...] = (
     ("stall_seconds", as_positive_int, _POSITIVE),
     ("since", as_since, "must be now, an ISO 8601 time or a relative time like -24h"),
     ("duration_buckets", as_buckets, "must be a list of increasing positive seconds"),
+    ("prompt_duration_buckets", as_buckets, "must be a list of increasing positive seconds"),
+    ("generation_duration_buckets", as_buckets, "must be a list of increasing positive seconds"),
     ("slots", as_slots, f"must be an integer 1..{MAX_SLOTS}"),
     (
         "clock_allowance_seconds",

@@ -125,6 +125,16 @@ _TOP: tuple[tuple[str, str], ...] = (
         "always added: list the finite bounds only.",
     ),
     (
+        "prompt_duration_buckets",
+        "The buckets of `smllm_prompt_duration_seconds` (each request's prompt evaluation), in "
+        "seconds, as `duration_buckets`.",
+    ),
+    (
+        "generation_duration_buckets",
+        "The buckets of `smllm_generation_duration_seconds` (each request's generation), in "
+        "seconds, as `duration_buckets`.",
+    ),
+    (
         "slots",
         "A node's llama-server slots until it logs its own count (`n_slots = N`). A node holds "
         "at most its slots + 2 requests in flight. A launch beyond that, or on a slot that "

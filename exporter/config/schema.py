@@ -6,7 +6,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.accounting.settings import CLOCK_ALLOWANCE_US, DEFAULT_BUCKETS_S
+from exporter.accounting.settings import (
+    CLOCK_ALLOWANCE_US,
+    DEFAULT_BUCKETS_S,
+    DEFAULT_PHASE_BUCKETS_S,
+)
 from exporter.base.kinds import DEFAULT_RULES, Kinds
 from exporter.base.times import SECOND
 from exporter.base.times import since_us as _since_us
@@ -31,6 +35,8 @@ class Config:
     stall_seconds: int = 300
     since: str = "now"
     duration_buckets: tuple[float, ...] = DEFAULT_BUCKETS_S
+    prompt_duration_buckets: tuple[float, ...] = DEFAULT_PHASE_BUCKETS_S
+    generation_duration_buckets: tuple[float, ...] = DEFAULT_PHASE_BUCKETS_S
     slots: int = DEFAULT_SLOTS  # a node's slot count until its llama-server logs n_slots
     # how far ahead of this clock a node's journal may run
     clock_allowance_seconds: int = CLOCK_ALLOWANCE_US // SECOND
@@ -69,6 +75,8 @@ TOP_KEYS = frozenset(
         "stall_seconds",
         "since",
         "duration_buckets",
+        "prompt_duration_buckets",
+        "generation_duration_buckets",
         "slots",
         "clock_allowance_seconds",
         "start_timeout_seconds",

@@ -8,7 +8,8 @@ it. Each family says how its series are read from a snapshot, in one of five way
 - `Column`: series fixed by the snapshot's shape (`shape`), values read anew (None leaves a
   series out);
 - `Found`: series found anew in each snapshot (router models, start-up phases, init timelines);
-- `DurationHistogram`: the request duration histogram, one a node and kind;
+- `DurationHistogram`: a histogram of each node and kind (request, prompt-eval and generation
+  durations), its buckets and sum read from that pair's `KindCounters`;
 - `BuildInfo`: the exporter's build, one series of value 1.
 
 The first three are `Series`: their `samples` are what both renderers write.
@@ -32,7 +33,9 @@ LabelValues = tuple[str, ...]
 Sample = tuple[LabelValues, float]  # (label values, in the family's label order; value)
 # (nodes with the kinds of each, bucket bounds, concurrency rows, mix labels): what a Column's
 # series depend on
-Shape = tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[int, ...], int, tuple[str, ...]]
+Shape = tuple[
+    tuple[tuple[str, tuple[str, ...]], ...], tuple[tuple[int, ...], ...], int, tuple[str, ...]
+]
 
 
 def shape(snap: Snapshot) -> Shape:
@@ -40,7 +43,7 @@ def shape(snap: Snapshot) -> Shape:
     every family but the `Found` ones."""
     return (
         tuple((n.name, tuple(n.kinds)) for n in snap.nodes),
-        snap.buckets_us,
+        (snap.buckets_us, snap.prompt_buckets_us, snap.generation_buckets_us),
         len(snap.concurrency_us),
         tuple(snap.mix_us),
     )
@@ -111,7 +114,12 @@ class Found(Series):
 
 @dataclass(frozen=True)
 class DurationHistogram(Family):
-    """The request durations of each node and kind, in the snapshot's buckets (`le`)."""
+    """Durations of each node and kind in the snapshot's `bounds` (`le`): each pair's
+    KindCounters holds the count in each bucket (`buckets`) and their sum (`sum_us`)."""
+
+    bounds: Callable[[Snapshot], tuple[int, ...]]
+    buckets: Callable[[KindCounters], list[int]]
+    sum_us: Callable[[KindCounters], int]
 
 
 @dataclass(frozen=True)
@@ -198,6 +206,28 @@ def _per_model(name: str, help: str, field: int) -> Found:
     return Found(name, COUNTER, help, ("node", "model"), samples)
 
 
+QUEUE_REQUESTS, QUEUE_DEEPEST, QUEUE_WAITS = 0, 1, 2  # (NodeSnapshot.queues' fields)
+
+
+def _per_queue(name: str, type: str, help: str, field: int) -> Found:
+    """A figure of each node and model its router queued requests for: NodeSnapshot.queues'."""
+
+    def samples(s: Snapshot) -> list[Sample]:
+        return [((n.name, m), v[field]) for n in s.nodes for m, v in n.queues.items()]
+
+    return Found(name, type, help, ("node", "model"), samples)
+
+
+def _startups(s: Snapshot) -> list[Sample]:
+    """Each node's last start-up of each kind that finished: its seconds."""
+    return [
+        ((n.name, start.kind), start.seconds)
+        for n in s.nodes
+        for start in (n.startup, n.wakeup)
+        if start is not None
+    ]
+
+
 def _whole(name: str, type: str, help: str, value: Callable[[Snapshot, int], float]) -> Column:
     """One series without labels."""
     return Column(name, type, help, (), lambda _: [()], lambda s, e: [value(s, e)])
@@ -205,10 +235,11 @@ def _whole(name: str, type: str, help: str, value: Callable[[Snapshot, int], flo
 
 def _phases(s: Snapshot) -> list[Sample]:
     return [
-        ((n.name, phase), (end - start) / SECOND)
+        ((n.name, start.kind, phase), (end - begin) / SECOND)
         for n in s.nodes
-        if n.startup is not None
-        for phase, start, end in n.startup.phases()
+        for start in (n.startup, n.wakeup)
+        if start is not None
+        for phase, begin, end in start.phases()
     ]
 
 
@@ -237,7 +268,42 @@ FAMILIES: tuple[Family, ...] = (
         "smllm_generation_seconds", "Eval (decode) time, where the log gives it.", "generation_us"
     ),
     DurationHistogram(
-        "smllm_request_duration_seconds", HISTOGRAM, "Request durations.", ("node", "kind")
+        "smllm_request_duration_seconds",
+        HISTOGRAM,
+        "Request durations.",
+        ("node", "kind"),
+        attrgetter("buckets_us"),
+        attrgetter("buckets"),
+        attrgetter("histogram_us"),
+    ),
+    DurationHistogram(
+        "smllm_prompt_duration_seconds",
+        HISTOGRAM,
+        "Each timed request's prompt-eval (prefill) time, where its timing block gives it.",
+        ("node", "kind"),
+        attrgetter("prompt_buckets_us"),
+        attrgetter("prompt_buckets"),
+        attrgetter("prompt_histogram_us"),
+    ),
+    DurationHistogram(
+        "smllm_generation_duration_seconds",
+        HISTOGRAM,
+        "Each timed request's eval (decode) time, where its timing block gives it.",
+        ("node", "kind"),
+        attrgetter("generation_buckets_us"),
+        attrgetter("generation_buckets"),
+        attrgetter("generation_histogram_us"),
+    ),
+    _per_kind(
+        "smllm_draft_tokens",
+        "Speculative decoding: tokens the draft model proposed (the draft acceptance line).",
+        "draft_tokens",
+    ),
+    _per_kind(
+        "smllm_draft_accepted_tokens",
+        "Speculative decoding: proposed tokens the target model accepted; over "
+        "smllm_draft_tokens, the acceptance rate.",
+        "draft_accepted_tokens",
     ),
     _node_counter(
         "smllm_node_busy_seconds",
@@ -299,6 +365,24 @@ FAMILIES: tuple[Family, ...] = (
         "smllm_model_request_seconds", "Sum of a model instance's request durations.", MODEL_US
     ),
     _per_model("smllm_model_tokens", "Tokens of a model instance's requests.", MODEL_TOKENS),
+    _per_queue(
+        "smllm_model_queued_requests",
+        COUNTER,
+        "Requests the router queued for an instance of a model (none was running).",
+        QUEUE_REQUESTS,
+    ),
+    _per_queue(
+        "smllm_model_queue_position_max",
+        GAUGE,
+        "The deepest place in the router's queue a request for the model took.",
+        QUEUE_DEEPEST,
+    ),
+    _per_queue(
+        "smllm_model_load_waits",
+        COUNTER,
+        "Requests that waited for the router's instance of the model to load.",
+        QUEUE_WAITS,
+    ),
     _node_gauge(
         "smllm_node_requests_in_flight",
         "Requests started and not yet ended.",
@@ -308,6 +392,12 @@ FAMILIES: tuple[Family, ...] = (
         "smllm_node_busy",
         "1 while the node has a request in flight.",
         lambda n: 1 if n.in_flight else 0,
+    ),
+    _node_gauge(
+        "smllm_decode_tokens_per_second",
+        "The decode speed of the node's requests in flight, summed: each its last 3 s, as its "
+        "n_gen line said (a long generation logs one every 3 s); 0 when none.",
+        lambda n: sum(n.decode_speeds),
     ),
     _whole(
         "smllm_nodes_busy", GAUGE, "Nodes with a request in flight now.", lambda s, _: s.nodes_busy
@@ -356,11 +446,13 @@ FAMILIES: tuple[Family, ...] = (
         "(its start-up lines and systemd's lines for the unit).",
         attrgetter("server_up"),
     ),
-    _node_gauge(
+    _found_gauge(
         "smllm_server_startup_seconds",
-        "The llama-server's last start-up that reached `listening on`: from systemd's start of "
-        "the unit (or its first line) to listening.",
-        lambda n: None if n.startup is None else n.startup.seconds,
+        "The llama-server's last start-up of each kind that finished: a start (kind=start) from "
+        "systemd's start of the unit (or its first line) to `listening on`; a wake-up from "
+        "sleep (kind=wake) to its reload's `n_slots`, the wait of the request that woke it.",
+        ("node", "kind"),
+        _startups,
     ),
     _node_gauge(
         "smllm_server_last_start_timestamp_seconds",
@@ -395,10 +487,21 @@ FAMILIES: tuple[Family, ...] = (
     ),
     _found_gauge(
         "smllm_server_startup_phase_seconds",
-        "The phases of the llama-server's last start-up (unit, initializing, load_model, "
-        "init_slots, start_http: those its lines allowed).",
-        ("node", "phase"),
+        "The phases of the llama-server's last start-up of each kind (a start's unit, "
+        "initializing, load_model, init_slots, start_http; a wake-up's wake, load_model: those "
+        "its lines allowed).",
+        ("node", "kind", "phase"),
         _phases,
+    ),
+    _node_gauge(
+        "smllm_server_sleeping",
+        "1 while the node's llama-server sleeps (--sleep-idle-seconds: its model unloaded).",
+        lambda n: 1 if n.asleep else 0,
+    ),
+    _node_counter(
+        "smllm_server_asleep_seconds",
+        "Time the node's llama-server slept, the sleep in progress included.",
+        "asleep_us",
     ),
     _found_gauge(
         "smllm_init_source_up",

@@ -79,16 +79,16 @@ class SnapshotCollector(Collector):
         return metric
 
 
-def _histogram(family: Family, snap: Snapshot) -> Metric:
+def _histogram(family: DurationHistogram, snap: Snapshot) -> Metric:
     metric = HistogramMetricFamily(family.name, family.help, labels=list(family.labels))
-    bounds = [le(b) for b in snap.buckets_us] + [INF]
+    bounds = [le(b) for b in family.bounds(snap)] + [INF]
     for n in snap.nodes:
         for kind, c in n.kinds.items():
             total, buckets = 0, []
-            for bound, count in zip(bounds, c.buckets, strict=True):
+            for bound, count in zip(bounds, family.buckets(c), strict=True):
                 total += count
                 buckets.append((bound, float(total)))
-            metric.add_metric([n.name, kind], buckets, c.histogram_us / SECOND)
+            metric.add_metric([n.name, kind], buckets, family.sum_us(c) / SECOND)
     return metric
 
 

@@ -82,8 +82,8 @@ class _Part:
 
 
 # per (node, kind): its counters as last rendered, their line in each PerKind family, and their
-# histogram's lines
-_Row = tuple[KindCounters, list[str], str]
+# lines in each histogram
+_Row = tuple[KindCounters, list[str], list[str]]
 _Rows = list[_Row]
 
 
@@ -99,9 +99,14 @@ class _PerKindPart(_Part):
 
 
 class _HistogramPart(_Part):
+    def __init__(self, head: str, index: int) -> None:
+        super().__init__(head)
+        self.index = index  # among the histograms
+
     def write(self, out: list[str], snap: Snapshot, checkpoint_errors: int, rows: _Rows) -> None:
+        i = self.index
         out.append(self.head)
-        out.extend([histogram for _, _, histogram in rows])
+        out.extend([histograms[i] for _, _, histograms in rows])
 
 
 class _ColumnPart(_Part):
@@ -164,7 +169,8 @@ class _Layout:
         pairs = [(self.escaped[n.name], self.escaped[k]) for n in snap.nodes for k in n.kinds]
         self.kinds = [f for f in FAMILIES if isinstance(f, PerKind)]
         self.per_kind = [(f.value, self._prefixes(f, pairs)) for f in self.kinds]
-        self.histogram = self._histogram(snap, pairs)
+        self.histograms = [f for f in FAMILIES if isinstance(f, DurationHistogram)]
+        self.histogram = [self._histogram(f, snap, pairs) for f in self.histograms]
         # per (node, kind): the counters last rendered; snapshots share counters that did not
         # change, so most rows are reused
         self._rows: list[_Row | None] = [None] * len(pairs)
@@ -194,7 +200,7 @@ class _Layout:
         if isinstance(family, PerKind):
             return _PerKindPart(head, self.kinds.index(family))
         if isinstance(family, DurationHistogram):
-            return _HistogramPart(head)
+            return _HistogramPart(head, self.histograms.index(family))
         if isinstance(family, Column):
             return _ColumnPart(head, family, self._prefixes(family, self._escaped(family, snap)))
         if isinstance(family, Found):
@@ -206,11 +212,10 @@ class _Layout:
 
     @staticmethod
     def _histogram(
-        snap: Snapshot, pairs: Sequence[LabelValues]
+        f: DurationHistogram, snap: Snapshot, pairs: Sequence[LabelValues]
     ) -> list[tuple[list[str], str, str]]:
         """Per (node, kind), escaped: its bucket lines' prefixes, its count's and its sum's."""
-        (f,) = [f for f in FAMILIES if isinstance(f, DurationHistogram)]
-        bounds = [le(b) for b in snap.buckets_us] + [INF]
+        bounds = [le(b) for b in f.bounds(snap)] + [INF]
         bucket = Labelled(f"{f.name}_bucket", (*f.labels, "le"))
         count = Labelled(f"{f.name}_count", f.labels)
         total = Labelled(f"{f.name}_sum", f.labels)
@@ -229,7 +234,10 @@ class _Layout:
             for c in n.kinds.values():
                 row = rows[i]
                 if row is None or row[0] is not c:
-                    rows[i] = (c, self._per_kind_lines(i, c), self._histogram_lines(i, c))
+                    histograms = [
+                        self._histogram_lines(h, i, c) for h in range(len(self.histogram))
+                    ]
+                    rows[i] = (c, self._per_kind_lines(i, c), histograms)
                 i += 1
         done = [row for row in rows if row is not None]
         out: list[str] = []
@@ -240,14 +248,16 @@ class _Layout:
     def _per_kind_lines(self, i: int, c: KindCounters) -> list[str]:
         return [f"{prefixes[i]}{go_float(value(c))}\n" for value, prefixes in self.per_kind]
 
-    def _histogram_lines(self, i: int, c: KindCounters) -> str:
-        bucket_prefixes, count, total_us = self.histogram[i]
+    def _histogram_lines(self, h: int, i: int, c: KindCounters) -> str:
+        family = self.histograms[h]
+        bucket_prefixes, count, total_us = self.histogram[h][i]
         out = []
         running = 0
-        for p, n in zip(bucket_prefixes, c.buckets, strict=True):
+        for p, n in zip(bucket_prefixes, family.buckets(c), strict=True):
             running += n
             out.append(f"{p}{go_float(running)}\n")
-        out.append(f"{count}{go_float(running)}\n{total_us}{go_float(c.histogram_us / SECOND)}\n")
+        total = go_float(family.sum_us(c) / SECOND)
+        out.append(f"{count}{go_float(running)}\n{total_us}{total}\n")
         return "".join(out)
 
 

@@ -11,19 +11,26 @@ nothing newer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from exporter.base.records import (
     CANCELLED,
     ERROR_REASON,
+    I_MODEL,
+    I_REASON,
+    I_SLOT,
+    I_TASK,
+    I_TOKENS,
     MILESTONE_LISTENING,
     MILESTONE_SLOTS,
     MILESTONE_STARTED,
     MILESTONE_STARTING,
+    MILESTONE_WAKING,
     SERVER_MILESTONES,
     UNTIMED,
+    Draft,
     Event,
     EventKind,
     Interval,
@@ -32,11 +39,14 @@ from exporter.base.records import (
 )
 from exporter.base.times import MAX_TIME_US, MIN_TIME_US, SECOND
 from exporter.compiled.switch import speedups
+from exporter.parse import extras
 from exporter.parse.context import NO_BLOCK, Block, ServerContext
 from exporter.parse.contract import FEED_TYPES
 from exporter.parse.router import read_exit, read_routed, read_spawn
 from exporter.parse.tokens import (
     CANCEL,
+    DECODE,
+    DRAFT,
     ERROR,
     EVAL,
     EXIT,
@@ -46,7 +56,9 @@ from exporter.parse.tokens import (
     LISTEN,
     PHASE,
     PROMPT,
+    QUEUE,
     RELEASE,
+    SLEEP,
     SLOTS,
     TOTAL,
     UNIT,
@@ -78,6 +90,10 @@ KNOWN_PIDS = 16  # PIDs remembered as seen: one of them logging again is no rest
 MAX_INSTANCES = 32  # model instances a router's parser follows at once
 SPAWNED = 64  # model names a router's parser remembers as started (a second start: a restart)
 MAX_TASK_REASONS = 64  # cancel and error lines remembered per server until their task ends
+# A draft acceptance line follows its request's timing block: the request is looked for among
+# the last RECENT_TOTALS timed requests (its block may end one batch and the draft line begin
+# the next: the parser keeps them across batches).
+RECENT_TOTALS = 8
 
 _STARTED, _LOST, _ABORTED = EventKind.STARTED, EventKind.LOST, EventKind.ABORTED
 _new = tuple.__new__
@@ -118,6 +134,8 @@ class Parser:
     second: bool = False  # the current PID is a second server (see ServerContext)
     last_us: int = 0  # while others log too: the journal time of the current PID's last line
     seen: dict[int, None] = field(default_factory=dict)  # the last KNOWN_PIDS PIDs, in order
+    # (slot, task) -> tokens of the timed requests the last batch ended with
+    recent_totals: dict[tuple[int, int], int | None] = field(default_factory=dict)
     gone_us: int = SECOND_SERVER_GONE_US  # (configured, not saved)
     # Journal times beyond this do not make time pass (stops decided, PIDs taken as gone): the
     # caller's now, set before each batch (a line stamped years ahead decides nothing early);
@@ -145,10 +163,38 @@ class Parser:
         todo = cast(Sequence[LogLine], lines) if type(lines) in _SEQUENCES else tuple(lines)
         savepoint = self._savepoint()
         try:
-            return self._feed_fast(todo)
+            out = self._feed_fast(todo)
         except Exception:  # a defect, not the input's fault: find the line, skip it, go on
             self._rollback(savepoint)
-            return self._feed_isolated(todo)
+            out = self._feed_isolated(todo)
+        self._remember_totals(out)
+        return out
+
+    def _remember_totals(self, out: list[Record]) -> None:
+        """Keep the last RECENT_TOTALS timed requests (a draft line may follow one): the same
+        however the lines came in batches."""
+        newest: dict[tuple[int, int], int | None] = {}
+        for key, tokens in self._timed_newest_first(out):
+            if len(newest) == RECENT_TOTALS:
+                break
+            newest.setdefault(key, tokens)
+        self.recent_totals = dict(reversed(newest.items()))
+
+    def _timed_newest_first(
+        self, out: list[Record]
+    ) -> Iterator[tuple[tuple[int, int], int | None]]:
+        """((slot, task), tokens) of this parser's timed requests, newest first: those in
+        `out`, then those remembered from before."""
+        for rec in reversed(out):
+            if (
+                type(rec) is Interval
+                and not rec[I_REASON]
+                and rec[I_MODEL] == self.model
+                and rec[I_SLOT] is not None
+                and rec[I_TASK] is not None
+            ):
+                yield (rec[I_SLOT], rec[I_TASK]), rec[I_TOKENS]
+        yield from reversed(self.recent_totals.items())
 
     def _feed_fast(self, todo: Sequence[LogLine]) -> list[Record]:
         out: list[Record] = []
@@ -208,6 +254,7 @@ class Parser:
         """`feed_all` in pure Python: the reference the compiled `feed` is held to."""
         out: list[Record] = []
         self._feed(lines, out, None)
+        self._remember_totals(out)
         return out
 
     # The hot loop, and the Python reference of the compiled `feed`: its common branches stay
@@ -247,7 +294,7 @@ class Parser:
                 continue
             kind, slot, task, us, count = token
             if kind >= CANCEL:  # (rare: cancel and error lines, the server's state)
-                self._rare(line, kind, task, us, count, out)
+                self._rare(line, kind, slot, task, us, count, out)
                 continue
             if line.pid != self.pid and line.pid:
                 self._same_server(line, out)
@@ -288,7 +335,17 @@ class Parser:
                 out.append(
                     _new(
                         Event,
-                        (self.node, line.time_us, _STARTED, line.pid, slot, task, "", self.model),
+                        (
+                            self.node,
+                            line.time_us,
+                            _STARTED,
+                            line.pid,
+                            slot,
+                            task,
+                            "",
+                            self.model,
+                            None,
+                        ),
                     )
                 )
             elif kind == RELEASE:
@@ -327,17 +384,18 @@ class Parser:
         if self.up != 1:
             self._state(1, line, out)
 
-    def _rare(
+    def _rare(  # noqa: C901 (one branch a kind of line)
         self,
         line: LogLine,
         kind: int,
+        slot: int | None,
         task: int | None,
         us: int | None,
         count: int | None,
         out: list[Record],
     ) -> None:
         """A cancel or error line (it notes its task's reason), a start-up milestone, a router's
-        spawn or exit line, or one of systemd's lines for the unit."""
+        spawn or exit line, one of systemd's lines for the unit, or a line parse.extras reads."""
         if kind == UNIT:
             if line.pid in (0, 1):
                 self._unit_line(line, cast(int, count), out)
@@ -348,9 +406,20 @@ class Parser:
                     self._same_server(line, out)
                 self._instance_line(line, out)
             return
+        if kind == QUEUE:  # (a router's own line)
+            self._queue(line, out)
+            return
         if line.pid != self.pid and line.pid:
             self._same_server(line, out)
-        if kind in (LISTEN, PHASE):
+        if kind == SLEEP:
+            self._sleep(line, bool(count), us, out)
+        elif kind in (DRAFT, DECODE):
+            assert slot is not None and task is not None
+            try:
+                self._slot_figure(line, kind, slot, task, out)
+            except ParseError as e:
+                self._unreadable(line, e, out)
+        elif kind in (LISTEN, PHASE):
             assert count is not None or kind == LISTEN
             milestone = (
                 MILESTONE_LISTENING if kind == LISTEN else SERVER_MILESTONES[cast(int, count)]
@@ -360,6 +429,63 @@ class Parser:
                 self._state(1, line, out)
         elif task is not None:
             self._note_reason(task, ERROR_REASON if kind == ERROR else CANCELLED)
+
+    def _slot_figure(
+        self, line: LogLine, kind: int, slot: int, task: int, out: list[Record]
+    ) -> None:
+        """A draft acceptance line (a Draft of the timed request it follows) or an n_gen line
+        (a DECODE event of the request in flight)."""
+        if kind == DRAFT:
+            accepted, drafted = extras.draft(line.message)
+            tokens = self._tokens_of(slot, task, out)
+            draft = (self.node, line.time_us, line.pid, slot, task, tokens, drafted, accepted)
+            out.append(Draft(*draft, self.model))
+            return
+        speed = extras.decode_speed(line.message)
+        out.append(
+            Event(
+                self.node,
+                line.time_us,
+                EventKind.DECODE,
+                line.pid,
+                slot,
+                task,
+                model=self.model,
+                value=speed,
+            )
+        )
+
+    def _tokens_of(self, slot: int, task: int, out: list[Record]) -> int | None:
+        """The tokens the timed request (slot, task) counted, if it is one of the last
+        RECENT_TOTALS: the request a draft line follows."""
+        seen: set[tuple[int, int]] = set()
+        for key, tokens in self._timed_newest_first(out):
+            if key == (slot, task):
+                return tokens
+            seen.add(key)
+            if len(seen) == RECENT_TOTALS:
+                break
+        return None
+
+    def _sleep(self, line: LogLine, asleep: bool, clock: int | None, out: list[Record]) -> None:
+        """The server goes to sleep (it unloads its model) or wakes (a start-up of the wake
+        kind begins: the reload's lines are its milestones)."""
+        kind = EventKind.SLEEP if asleep else EventKind.WAKE
+        out.append(Event(self.node, line.time_us, kind, line.pid, model=self.model))
+        if not asleep:
+            out.append(self._milestone_event(line, MILESTONE_WAKING, clock))
+        if self.up != 1:
+            self._state(1, line, out)
+
+    def _queue(self, line: LogLine, out: list[Record]) -> None:
+        """A router's queue line: a request queued for a model instance, or waiting for one to
+        load."""
+        found = extras.queue(line.message)
+        if found is None or self.model:  # (an instance queues nothing)
+            return
+        what, model, position = found
+        kind = EventKind.LOAD_WAIT if what == extras.WAITING else EventKind.QUEUED
+        out.append(Event(self.node, line.time_us, kind, line.pid, model=model, value=position))
 
     def _unit_line(self, line: LogLine, state: int, out: list[Record]) -> None:
         """systemd's line for the unit (from PID 1: it never switches the server): starting,
@@ -395,6 +521,7 @@ class Parser:
         sub.horizon_us, sub.slots, sub.gone_us = self.horizon_us, self.slots, self.gone_us
         part: list[Record] = []
         sub._feed((line._replace(message=message),), part, _fast_tokenize)
+        sub._remember_totals(part)
         for rec in part:
             if type(rec) is Event:
                 if rec.kind is EventKind.SERVER_UP or rec.kind is EventKind.SERVER_DOWN:

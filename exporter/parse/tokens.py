@@ -56,6 +56,12 @@ KEYWORDS = (
     # router mode: an instance's output comes `[ PORT] `-prefixed; the router names them
     b"spawning server instance",
     b"exited with status",
+    # the server's sleep (`--sleep-idle-seconds`) and the router's queue (parse.extras; the
+    # draft acceptance and n_gen lines are `print_timing` lines)
+    b"sleeping state",
+    b"queued at position",
+    b"joined the queue",
+    b"waiting until model",
 )
 
 _TOTAL = re.compile(r"total time\s*=\s*(\S+)\s*ms(?:\s*/\s*(\S+)\s+tokens)?")
@@ -98,16 +104,20 @@ class ParseError(ValueError):
 # The compiled tokenizer makes the first seven (TOKEN_KINDS names them, in number order).
 OTHER, HEADER, PROMPT, EVAL, TOTAL, LAUNCH, RELEASE, SLOTS, EXIT = range(9)
 # (cancel and error lines, the server's `listening on`, systemd's lines for the unit, a router's
-# spawn or exit line, a start-up line)
+# spawn or exit line, a start-up line; the lines parse.extras reads: the server going to sleep
+# or waking, a draft acceptance line, an n_gen line, a router's queue line)
 CANCEL, ERROR, LISTEN, UNIT, INSTANCE, PHASE = range(9, 15)
+SLEEP, DRAFT, DECODE, QUEUE = range(15, 19)
 TOKEN_KINDS = (
     *("OTHER", "HEADER", "PROMPT", "EVAL", "TOTAL", "LAUNCH", "RELEASE", "SLOTS", "EXIT"),
     *("CANCEL", "ERROR", "LISTEN", "UNIT", "INSTANCE", "PHASE"),
+    *("SLEEP", "DRAFT", "DECODE", "QUEUE"),
 )
 TOKEN_FIELDS = ("kind", "slot", "task", "us", "count")  # (a Token's items, in order)
 # A start-up line is a milestone: a PHASE token's count is its index in SERVER_MILESTONES (LISTEN
-# and SLOTS lines are milestones too), and a PHASE, LISTEN or SLOTS token's microseconds are its
-# line's own clock (its log prefix).
+# and SLOTS lines are milestones too), and a PHASE, LISTEN, SLOTS or SLEEP token's microseconds
+# are its line's own clock (its log prefix). A SLEEP token's count is 1 going to sleep, 0 waking.
+# DRAFT and DECODE tokens name their slot and task; parse.extras reads their figures.
 Token = tuple[int, int | None, int | None, int | None, int | None]
 _NOTHING: Token = (OTHER, None, None, None, None)  # (a line of a kind that says nothing)
 
@@ -277,6 +287,28 @@ def _instance(msg: str) -> Token:
     return (INSTANCE, None, None, None, None)
 
 
+def _sleep(msg: str) -> Token:
+    """`server is entering sleeping state` (count 1) or `... exiting ...` (count 0)."""
+    return (SLEEP, None, None, clock(msg), 1 if "server is entering sleeping state" in msg else 0)
+
+
+def _queue(msg: str) -> Token:
+    """A router's queue line (the parser reads it: parse.extras)."""
+    return (QUEUE, None, None, None, None)
+
+
+def _slot_figure(kind: int) -> Callable[[str], Token]:
+    """A reader of a slot line whose figures parse.extras reads (its slot and task here)."""
+
+    def read(msg: str) -> Token:
+        m = _SLOT_TASK.search(msg)
+        if m is None or int(m.group(2)) < 0:
+            return _NOTHING
+        return (kind, int(m.group(1)), int(m.group(2)), None, None)
+
+    return read
+
+
 _READERS: dict[str, Callable[[str], Token]] = {
     "total": _total,
     "component": _component,
@@ -292,6 +324,10 @@ _READERS: dict[str, Callable[[str], Token]] = {
     "initializing": _phase(MILESTONE_INITIALIZING),
     "instance": _instance,
     "unit": _unit,
+    "sleep": _sleep,
+    "draft": _slot_figure(DRAFT),
+    "decode": _slot_figure(DECODE),
+    "queue": _queue,
 }
 
 
@@ -306,7 +342,9 @@ def classify(msg: str) -> str | None:
                 return "total"
             if "eval time" in msg:
                 return "component"
-        if "print_timing" in msg or "launch_slot_" in msg or "stop processing" in msg:
+        if "print_timing" in msg:
+            return _timing_kind(msg)
+        if "launch_slot_" in msg or "stop processing" in msg:
             return "slot"
         return _other_kind(msg)
     if "time" in msg:
@@ -317,6 +355,16 @@ def classify(msg: str) -> str | None:
     if "slot is processing task" in msg or "slot released" in msg:
         return "slot_b"
     return _other_kind(msg)
+
+
+def _timing_kind(msg: str) -> str:
+    """A `print_timing` slot line with no time in it: a draft acceptance line, an n_gen line,
+    or a timing block's header (the slot reader tells)."""
+    if "draft acceptance = " in msg:
+        return "draft"
+    if "n_gen = " in msg:
+        return "decode"
+    return "slot"
 
 
 # The other kinds, by a word their lines hold, in the order they are tried
@@ -331,6 +379,11 @@ _BY_WORD = (
     (": initializing", "initializing"),
     ("spawning server instance", "instance"),
     ("exited with status", "instance"),
+    ("server is entering sleeping state", "sleep"),
+    ("server is exiting sleeping state", "sleep"),
+    (" queued at position ", "queue"),
+    (" joined the queue, ", "queue"),
+    ("waiting until model name=", "queue"),
 )
 
 

@@ -37,6 +37,19 @@ def to_json(r: Report) -> dict[str, Any]:
                 for reason, (count, us) in n.untimed.items()
             },
         }
+        if any(c.draft_tokens for c in n.kinds.values()):  # (speculative decoding)
+            nodes[n.name]["draft"] = {
+                k: {"tokens": c.draft_tokens, "accepted_tokens": c.draft_accepted_tokens}
+                for k, c in n.kinds.items()
+                if c.draft_tokens
+            }
+        if n.asleep_us or n.asleep:
+            nodes[n.name]["asleep_seconds"] = n.asleep_us / SECOND
+        if n.queues:
+            nodes[n.name]["queues"] = {
+                m: {"queued": q, "deepest_position": deepest, "load_waits": waits}
+                for m, (q, deepest, waits) in n.queues.items()
+            }
         if n.models:
             nodes[n.name]["models"] = {
                 m: {"requests": k, "request_seconds": us / SECOND, "tokens": t}

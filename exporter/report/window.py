@@ -28,6 +28,7 @@ from exporter.base.records import (
     I_START_US,
     I_TOKENS,
     Batch,
+    Draft,
     Event,
     EventKind,
     Interval,
@@ -143,6 +144,10 @@ class Builder:
                     if not rec[I_REASON]:  # (a timed request: the kinds' durations)
                         counted.append((rec[I_TOKENS], end - rec[I_START_US]))
                     continue
+            elif type(rec) is Draft:  # (its request's: in the window when that ended in it)
+                if since <= rec.time_us <= until:
+                    run.append(rec)
+                    continue
             elif since <= rec[E_TIME_US] <= until and rec[E_KIND] is not _PARSE_ERROR:
                 run.append(rec)
                 continue
@@ -161,7 +166,8 @@ class Builder:
             if rec.end_us > self.until_us:
                 self.acc.add(rec, count=False)
             return
-        assert isinstance(rec, Event)
+        if type(rec) is not Event:  # (a draft line outside: its request's too)
+            return
         if rec.kind is _PHASE or rec.kind is _DOWN:  # (a start-up may end after the window)
             self.acc.add_startup(rec)
         elif rec.kind is _PARSE_ERROR:

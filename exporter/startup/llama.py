@@ -1,29 +1,34 @@
 """llama-server start-ups from the parser's milestones: each one's phases, and the one in progress.
 
 The parser turns every start-up line into a PHASE event (`records.MILESTONES`): systemd's
-`Starting`/`Started` for the unit, then the server's `initializing`, `loading model`,
-`n_slots = N`, `model loaded` and `listening on`. A `Tracker` (one per node) folds them into
-`Startup`s. A start-up begins at systemd's start of the unit, or without one at the first line
-of a server PID not seen starting before; it is done at `listening on`, and ends unfinished when
-the unit goes down first (a stop, an exit, a failure: systemd's timeout included) or a new PID
-starts over. Its phases run from milestone to milestone, each named by the milestone that begins
-it (PHASES); a milestone the server did not log makes the phase before it longer, and only the
-first of each milestone counts. Times: the server's milestones are placed by their log prefix
-(the elapsed or wall-clock stamp, µs apart exactly), anchored where the journal saw them soonest
-(a journal stamps a line when it reads it, never before it was written); systemd's at their
+`Starting`/`Started` for the unit, then the server's `initializing`, `loading model`, `n_slots =
+N`, `model loaded` and `listening on`. A `Tracker` (one per node) folds them into `Startup`s. A
+sleeping server's wake-up is a start-up of its own kind (WAKE): from `exiting sleeping state`
+through the reload's `loading model` to its `n_slots = N`, after which it serves (the request that
+woke it waited that long). A start-up begins at systemd's start of the unit, or without one at the
+first line of a server PID not seen starting before; it is done at `listening on`, and ends
+unfinished when the unit goes down first (a stop, an exit, a failure: systemd's timeout included)
+or a new PID starts over. Its phases run from milestone to milestone, each named by the milestone
+that begins it (PHASES); a milestone the server did not log makes the phase before it longer, and
+only the first of each milestone counts. Times: the server's milestones are placed by their log
+prefix (the elapsed or wall-clock stamp, µs apart exactly), anchored where the journal saw them
+soonest (a journal stamps a line when it reads it, never before it was written); systemd's at their
 journal time.
 Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporter.base.records import (
     MILESTONE_LISTENING,
+    MILESTONE_SLOTS,
     MILESTONE_STARTED,
     MILESTONE_STARTING,
+    MILESTONE_WAKING,
+    MILESTONES,
     SERVER_MILESTONES,
     Event,
     EventKind,
@@ -32,6 +37,7 @@ from exporter.base.times import MAX_TIME_US, MIN_TIME_US, SECOND
 from exporter.startup.phases import Phase, Timeline
 
 UNIT_PHASE = "unit"  # systemd's start of the unit to the server's first line
+WAKE_PHASE = "wake"  # a wake-up's first line to its reload's first
 # the phase each of the server's milestones begins (its last, listening, ends the start-up)
 PHASES = {
     "initializing": "initializing",
@@ -39,6 +45,10 @@ PHASES = {
     "slots": "init_slots",
     "loaded": "start_http",
 }
+# the kinds of start-up: the server's start, and a sleeping server's wake-up (which is done at
+# its `n_slots = N`: it logs no `listening on`)
+START, WAKE = "start", "wake"
+LAST_MILESTONE = {START: MILESTONE_LISTENING, WAKE: MILESTONE_SLOTS}
 # how a start-up ended: done, or before listening; or that it had not ended yet
 DONE, STOPPED, REPLACED, RUNNING = "listening", "stopped", "replaced", "starting"
 SERVER_ROLE, UNIT_ROLE = "server", "systemd"  # (the table's role column: 7 wide)
@@ -55,6 +65,7 @@ class Startup:
     milestones: tuple[tuple[str, int], ...]
     end: str  # DONE, or why it ended before listening: STOPPED, REPLACED
     end_us: int  # when it was listening, or when it ended
+    kind: str = START  # START, or WAKE (a sleeping server's wake-up)
 
     @property
     def done(self) -> bool:
@@ -69,10 +80,12 @@ class Startup:
         runs to its end."""
         out: list[tuple[str, int, int]] = []
         server = [(m, t) for m, t in self.milestones if m in SERVER_MILESTONES]
-        if len(server) < len(self.milestones):  # (systemd started it)
-            out.append((UNIT_PHASE, self.start_us, server[0][1] if server else self.end_us))
+        if len(server) < len(self.milestones):  # (systemd started it, or a wake-up)
+            first = WAKE_PHASE if self.kind == WAKE else UNIT_PHASE
+            out.append((first, self.start_us, server[0][1] if server else self.end_us))
+        last = LAST_MILESTONE[self.kind]
         for i, (milestone, t) in enumerate(server):
-            if milestone == MILESTONE_LISTENING:
+            if milestone in (last, MILESTONE_LISTENING):
                 break
             end = server[i + 1][1] if i + 1 < len(server) else self.end_us
             out.append((PHASES[milestone], t, end))
@@ -96,11 +109,15 @@ class Startup:
         return Timeline.of(self.start_us / SECOND, self.end_us / SECOND, phases)
 
     def state(self) -> list[Any]:
-        return [self.pid, self.start_us, [list(m) for m in self.milestones], self.end, self.end_us]
+        """Its fields in order; a wake-up's kind after them (a start's is left out)."""
+        milestones = [list(m) for m in self.milestones]
+        state = [self.pid, self.start_us, milestones, self.end, self.end_us]
+        return state if self.kind == START else [*state, self.kind]
 
     @classmethod
     def from_state(cls, node: str, saved: list[Any]) -> Startup:
-        pid, start_us, milestones, end, end_us = saved
+        """(One saved before the wake kind has five items: a start.)"""
+        pid, start_us, milestones, end, end_us, *kind = saved
         if end not in (DONE, STOPPED, REPLACED, RUNNING):
             raise ValueError(f"a start-up that ended {str(end)[:20]!r}")
         return cls(
@@ -110,6 +127,7 @@ class Startup:
             tuple((_milestone(m), _time(t)) for m, t in milestones),
             end,
             _time(end_us),
+            _kind(kind),
         )
 
 
@@ -121,6 +139,7 @@ class _Open:
     start_us: int
     pid: int = 0
     milestones: list[tuple[str, int, int | None]] = field(default_factory=list)
+    kind: str = START
 
     def has(self, milestone: str) -> bool:
         return any(m == milestone for m, _, _ in self.milestones)
@@ -130,27 +149,33 @@ class _Open:
         clocked = [t - clock for _, t, clock in self.milestones if clock is not None]
         anchor = min(clocked) if clocked else None
         milestones: list[tuple[str, int]] = []
-        low = self.start_us
+        # (a wake-up begins at its first line: placed by its prefix like the rest)
+        low = self.start_us if self.kind == START else MIN_TIME_US
         for milestone, t, clock in self.milestones:
             at = t if clock is None or anchor is None else anchor + clock
             at = max(min(at, t), low)
             milestones.append((milestone, at))
             low = at
+        begin = self.start_us if self.kind == START or not milestones else milestones[0][1]
         if end == DONE:
             end_us = milestones[-1][1]
         assert end_us is not None
-        return Startup(node, self.pid, self.start_us, tuple(milestones), end, max(end_us, low))
+        start = Startup(node, self.pid, begin, tuple(milestones), end, max(end_us, low))
+        return start if self.kind == START else replace(start, kind=self.kind)
 
     def state(self) -> list[Any]:
-        return [self.start_us, self.pid, [list(m) for m in self.milestones]]
+        state = [self.start_us, self.pid, [list(m) for m in self.milestones]]
+        return state if self.kind == START else [*state, self.kind]
 
     @classmethod
     def from_state(cls, saved: list[Any]) -> _Open:
-        start_us, pid, milestones = saved
+        """(One saved before the wake kind has three items: a start.)"""
+        start_us, pid, milestones, *kind = saved
         return cls(
             _time(start_us),
             _int(pid),
             [(_milestone(m), _time(t), None if c is None else _int(c)) for m, t, c in milestones],
+            _kind(kind),
         )
 
 
@@ -161,6 +186,7 @@ class Tracker:
     node: str
     last: Startup | None = None
     current: _Open | None = None
+    last_wake: Startup | None = None  # the newest wake-up done
     last_pid: int = 0  # the PID whose start-up was the newest (its later lines start none)
     # the newest start-up began at systemd's `Starting`: its `Started` may come after it is done
     started_due: bool = False
@@ -175,9 +201,20 @@ class Tracker:
             return None
         if ev.detail in (MILESTONE_STARTING, MILESTONE_STARTED):
             return self._unit(ev.detail, ev.time_us)
+        if ev.detail == MILESTONE_WAKING:
+            return self._wake(ev)
         if ev.detail in SERVER_MILESTONES:
             return self._server(ev)
         return None
+
+    def _wake(self, ev: Event) -> Startup | None:
+        """A sleeping server wakes: a wake-up begins (ending the start-up in progress, if
+        any); returns the start-up this ended."""
+        ended = None if self.current is None else self._end(REPLACED, ev.time_us)
+        cur = self._open(ev.time_us)
+        cur.kind, cur.pid = WAKE, ev.pid
+        cur.milestones.append((MILESTONE_WAKING, ev.time_us, ev.task))
+        return ended
 
     def _unit(self, milestone: str, t: int) -> Startup | None:
         """systemd's `Starting` or `Started` of the unit; returns the start-up this ended."""
@@ -220,7 +257,7 @@ class Tracker:
             cur.pid = self.last_pid = ev.pid
         if not cur.has(milestone):
             cur.milestones.append((milestone, t, ev.task))
-        if milestone == MILESTONE_LISTENING:
+        if milestone in (LAST_MILESTONE[cur.kind], MILESTONE_LISTENING):
             return self._end(DONE)
         return ended
 
@@ -241,26 +278,32 @@ class Tracker:
         assert self.current is not None
         done = self.current.placed(self.node, how, end_us)
         self.current = None
-        if done.done:
+        if done.done and done.kind == WAKE:
+            self.last_wake = done
+        elif done.done:
             self.last = done
         return done
 
     def state(self) -> dict[str, Any]:
-        return {
+        state = {
             "last": None if self.last is None else self.last.state(),
             "current": None if self.current is None else self.current.state(),
             "last_pid": self.last_pid,
             "started_due": self.started_due,
         }
+        if self.last_wake is not None:  # (a server that never slept has none)
+            state["last_wake"] = self.last_wake.state()
+        return state
 
     @classmethod
     def from_state(cls, node: str, saved: dict[str, Any]) -> Tracker:
         """The tracker `state()` saved; KeyError, TypeError or ValueError when it does not fit."""
-        last, current = saved["last"], saved["current"]
+        last, current, wake = saved["last"], saved["current"], saved.get("last_wake")
         return cls(
             node,
             None if last is None else Startup.from_state(node, last),
             None if current is None else _Open.from_state(current),
+            None if wake is None else Startup.from_state(node, wake),
             _int(saved.get("last_pid", 0)),
             bool(saved.get("started_due", False)),
         )
@@ -279,6 +322,15 @@ def _time(value: Any) -> int:
 
 
 def _milestone(value: Any) -> str:
-    if value not in (MILESTONE_STARTING, MILESTONE_STARTED, *SERVER_MILESTONES):
+    if value not in MILESTONES:
         raise ValueError(f"{str(value)[:40]} is not a start-up milestone")
     return str(value)
+
+
+def _kind(saved: list[Any]) -> str:
+    """A start-up's kind as saved after its other fields (none: a start)."""
+    if not saved:
+        return START
+    if len(saved) > 1 or saved[0] not in (START, WAKE):
+        raise ValueError(f"{str(saved)[:40]} is not a start-up kind")
+    return str(saved[0])

@@ -1,13 +1,14 @@
 """The start-up reports: each start-up's phase table, and the timeouts that would have covered it.
 
-`report --startups` prints, for every llama-server start-up that began in the window, vllm-omni's
-phase table (`phases.Timeline.table`) under a line saying whose it was and how it ended; then the
-timeouts vllm-omni's rule suggests over all of them (the longest span times the factor, never
-below its floors), with the `TimeoutStartSec=` they make for the unit. `report --init-timeline`
-prints a vllm-omni timeline's table, its per-stage spans and its suggested timeouts. Both come as
-text or as JSON (the same figures, and each table as text). A name or role in a table, and a
-skipped record's reason, shows its control characters escaped (`\\x1b`, `\\n`): what a file
-or a journal says cannot break a row or drive the terminal. Pure: the caller reads the inputs.
+`report --startups` prints, for every llama-server start-up that began in the window (a wake-up
+from sleep is one too), vllm-omni's phase table (`phases.Timeline.table`) under a line saying whose
+it was and how it ended; then the timeouts vllm-omni's rule suggests over the starts (the longest
+span times the factor, never below its floors), with the `TimeoutStartSec=` they make for the unit.
+`report --init-timeline` prints a vllm-omni timeline's table, its per-stage spans and its suggested
+timeouts. Both come as text or as JSON (the same figures, and each table as text). A name or role
+in a table, and a skipped record's reason, shows its control characters escaped (`\\x1b`, `\\n`):
+what a file or a journal says cannot break a row or drive the terminal. Pure: the caller reads the
+inputs.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import replace
 from typing import Any
 
 from exporter.base.logs import escape
+from exporter.base.records import MILESTONE_WAKING
 from exporter.base.times import SECOND, iso
-from exporter.startup.llama import DONE, REPLACED, RUNNING, STOPPED, Startup
+from exporter.startup.llama import DONE, REPLACED, RUNNING, STOPPED, WAKE, Startup
 from exporter.startup.phases import (
     DEFAULT_INIT_TIMEOUT_S,
     DEFAULT_STAGE_INIT_TIMEOUT_S,
@@ -33,7 +35,16 @@ _HOW = {
     REPLACED: "never listening: a new start-up began after {s:.2f} s",
     RUNNING: "not listening by the end of what was read ({s:.2f} s so far)",
 }
-_WHOLE = ("starting", "started", "initializing")  # a start-up's first milestone, none missed
+# a wake-up's (from sleep): done when its reload's `n_slots` came, the request that woke it
+# served next
+_HOW_WAKE = {
+    DONE: "serving again after {s:.2f} s (what the request that woke it waited)",
+    STOPPED: "never serving again: the unit went down after {s:.2f} s",
+    REPLACED: "never serving again: a new start-up began after {s:.2f} s",
+    RUNNING: "not serving by the end of what was read ({s:.2f} s so far)",
+}
+# a start-up's first milestone, none missed
+_WHOLE = ("starting", "started", "initializing", MILESTONE_WAKING)
 
 
 def startups_text(startups: Sequence[Startup], factor: float, unit: str) -> str:
@@ -58,6 +69,7 @@ def startups_json(
         rows.append(
             {
                 "node": s.node,
+                "kind": s.kind,
                 "pid": s.pid,
                 "start": s.start_us / SECOND,
                 "end": s.end_us / SECOND,
@@ -70,8 +82,9 @@ def startups_json(
             }
         )
     suggested: dict[str, int] | None = None  # (none to measure: no suggestion)
-    if startups:
-        suggested = covering([s.timeline() for s in startups], factor)
+    starts = _starts(startups)
+    if starts:
+        suggested = covering([s.timeline() for s in starts], factor)
         suggested["TimeoutStartSec"] = suggested["init_timeout"]
     doc: dict[str, Any] = {
         "since": since_us / SECOND,
@@ -84,9 +97,16 @@ def startups_json(
     return json.dumps(doc, indent=2) + "\n"
 
 
+def _starts(startups: Sequence[Startup]) -> list[Startup]:
+    """The start-ups TimeoutStartSec bounds: not the wake-ups from sleep."""
+    return [s for s in startups if s.kind != WAKE]
+
+
 def _headline(s: Startup) -> str:
-    how = _HOW[s.end].format(s=s.seconds)
-    line = f"{s.node}: start-up at {iso(s.start_us)}, llama-server PID {s.pid or '?'}, {how}"
+    wake = s.kind == WAKE
+    how = (_HOW_WAKE if wake else _HOW)[s.end].format(s=s.seconds)
+    what = "wake-up from sleep" if wake else "start-up"
+    line = f"{s.node}: {what} at {iso(s.start_us)}, llama-server PID {s.pid or '?'}, {how}"
     if s.milestones and s.milestones[0][0] not in _WHOLE:
         line += f" (its first line read was `{s.milestones[0][0]}`: earlier ones were not read)"
     return escape(line)
@@ -96,6 +116,7 @@ def _suggestion(startups: Sequence[Startup], factor: float, unit: str) -> list[s
     floors = (
         f"never below {DEFAULT_STAGE_INIT_TIMEOUT_S} s a stage, {DEFAULT_INIT_TIMEOUT_S} s in all"
     )
+    startups = _starts(startups)
     if not startups:
         return [f"suggested timeouts: none (no start-up to measure; the floors: {floors})"]
     longest = max(startups, key=lambda s: s.seconds)

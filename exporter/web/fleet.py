@@ -13,6 +13,8 @@ A node's state is one of STATES:
 - `busy`: a request in flight (a server that logs no launch lines shows none: it is `busy`
   while it worked at least idle.IDLE_BELOW of the last 5 minutes);
 - `idle-while-others-work`: the idle alert fires for it;
+- `asleep`: its llama-server sleeps (`--sleep-idle-seconds`: by design, so neither busy nor
+  idle, and not one of "the others" the idle alert weighs);
 - `idle`: none of these.
 """
 
@@ -31,7 +33,7 @@ from exporter.base.records import LOST_REASON, Interval
 from exporter.base.times import SECOND
 from exporter.web.svg import duration
 
-STATES = ("down", "idle-while-others-work", "busy", "idle")  # (the order of attention)
+STATES = ("down", "idle-while-others-work", "busy", "asleep", "idle")  # (the order of attention)
 SHORT_US, LONG_US = idle.WINDOW_US, 3600 * SECOND  # the two busy shares' windows
 
 
@@ -85,6 +87,7 @@ class Fleet:
     idle_while_others_work: int
     sources_down: int
     servers_down: int
+    asleep: int
 
 
 def fleet(view: StatusView) -> Fleet:
@@ -118,6 +121,7 @@ def fleet(view: StatusView) -> Fleet:
         long_us=0 if last is None or first is None else last.at_us - first.at_us,
         busy=sum(1 for r in rows if r.state == "busy"),
         idle_while_others_work=sum(1 for r in rows if r.state == "idle-while-others-work"),
+        asleep=sum(1 for r in rows if r.state == "asleep"),
         sources_down=sum(1 for r in rows if not r.node.up),
         servers_down=sum(1 for r in rows if r.node.up and r.node.server_up == 0),
     )
@@ -165,6 +169,8 @@ def _state(n: NodeSnapshot, fires: bool, share_5m: float | None) -> str:
         return "down"
     if n.in_flight:
         return "busy"
+    if n.asleep:
+        return "asleep"
     if fires:
         return "idle-while-others-work"
     if not n.start_lines and share_5m is not None and share_5m >= idle.IDLE_BELOW:

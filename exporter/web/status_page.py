@@ -30,6 +30,7 @@ CSS = f"""
 .attention span{{padding:.15em .6em;border-radius:1em;background:#eee;font-weight:600}}
 .attention .down{{background:#fde0e0;color:#b71c1c}}
 .attention .iwow{{background:#ffe8cc;color:#8a4b00}}.attention .busy{{background:#e3f2e5}}
+.attention .asleep{{background:#e8eaf6;color:#303f9f}}tr.st-asleep td.state{{color:#303f9f}}
 tr.st-down td.state,tr.st-down td.problem{{color:#c62828;font-weight:600}}
 tr.st-idle-while-others-work td.state,tr.st-idle-while-others-work td.problem{{color:#b45309;
 font-weight:600}}
@@ -55,6 +56,7 @@ STATE_WORDS = {
     "down": "down",
     "idle-while-others-work": "idle while the others work",
     "busy": "busy",
+    "asleep": "asleep",
     "idle": "idle",
 }
 NOTHING = ("-", "never", "not logged", "unknown")  # a cell that tells nothing (hidden on phones)
@@ -125,6 +127,8 @@ def _attention(f: Fleet) -> str:
     if f.idle_while_others_work:
         items.append(("iwow", f"{f.idle_while_others_work} idle while the others work"))
     items.append(("busy", f"{f.busy} of {len(f.rows)} node{_s(len(f.rows))} busy"))
+    if f.asleep:
+        items.append(("asleep", f"{f.asleep} asleep"))
     spans = "".join(f"<span class={c}>{escape(t)}</span>" for c, t in items)
     return f"<div class=attention>{spans}</div>"
 
@@ -141,6 +145,8 @@ def _row(r: Row, now_us: int) -> str:
             else f" ({duration(now_us - n.oldest_in_flight_us)})"
         )
         slots = f"{n.in_flight} / {'?' if n.slots is None else n.slots}{oldest}"
+        if n.decode_speeds:  # (long generations say how fast they decode)
+            slots += f", decoding {sum(n.decode_speeds):.1f} t/s"
     else:
         slots = "not logged"
     last = "never" if n.last_end_us is None else _when_near(n.last_end_us, now_us)

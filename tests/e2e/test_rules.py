@@ -158,6 +158,27 @@ def test_promtool_test_rules_can_fail(tmp_path: Path) -> None:
     assert "SmLlmNodeIdle" in result.stdout + result.stderr
 
 
+def test_promtool_test_rules_catch_a_sleeping_node_taken_as_known(tmp_path: Path) -> None:
+    """The unit tests catch a known-node rule that forgets sleep: the sleeping node's 0 share
+    then pulls the others' mean under the line, and the awake idle node beside it stays quiet."""
+    clause = " unless (smllm_server_sleeping == 1)"
+    rules_text = RULES.read_text(encoding="utf-8")
+    assert rules_text.count(clause) == 1
+    (tmp_path / "rules.yml").write_text(rules_text.replace(clause, ""), encoding="utf-8")
+    (tmp_path / "rules_test.yml").write_text(RULES_TEST.read_text(encoding="utf-8"))
+    result = subprocess.run(
+        [require_tool("promtool"), "test", "rules", "rules_test.yml"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "SmLlmNodeIdle beside a sleeping server" in out, out[-3000:]
+
+
 def test_promtool_check_example_config() -> None:
     result = promtool("check", "config", EXAMPLE_CONFIG.name)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -221,6 +221,7 @@ def test_the_idle_mark_is_where_promtool_fires_the_idle_alert(seen: Seen) -> Non
         "nodes": len(NODES),
         "busy": busy,
         "idle_while_others_work": 1,
+        "asleep": 0,
         "sources_down": len(DOWN),
         "servers_down": 0,
     }

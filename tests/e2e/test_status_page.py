@@ -188,6 +188,7 @@ def test_each_row_says_its_state_and_busy_shares(served: tuple[str, dict[str, An
         "nodes": 4,
         "busy": 0,
         "idle_while_others_work": 0,
+        "asleep": 0,
         "sources_down": 0,
         "servers_down": 4,
     }

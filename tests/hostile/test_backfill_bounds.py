@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.accounting.settings import Settings
+from exporter.accounting.settings import DEFAULT_PHASE_BUCKETS_S, Settings
 from exporter.base.kinds import DEFAULT_RULES, KindRule, Kinds
 from exporter.base.times import SECOND, iso
 from exporter.config.schema import Config
@@ -48,7 +48,16 @@ def test_settings_of_a_config_take_each_value_and_the_reports_options_over_it() 
     )
     s = settings(cfg)
     assert s == Settings(
-        cfg.kinds, 900 * SECOND, 120 * SECOND, (1.0, 10.0), 3, 30 * SECOND, 300 * SECOND, 0.5
+        cfg.kinds,
+        900 * SECOND,
+        120 * SECOND,
+        (1.0, 10.0),
+        3,
+        30 * SECOND,
+        300 * SECOND,
+        0.5,
+        DEFAULT_PHASE_BUCKETS_S,
+        DEFAULT_PHASE_BUCKETS_S,
     )
     kinds = Kinds(DEFAULT_RULES)
     assert settings(cfg, kinds, 60) == dataclasses.replace(

@@ -216,6 +216,14 @@ ERA_CD = (
     "50.10.605.993 I slot print_timing: id  {s} | task {t} |       total time =  {n}.60 ms /  {n} tokens",
     "slot print_timing: id  {s} | task {t} |       total time = 604800000.01 ms / 1 tokens",
     "slot print_timing: id  {s} | task {t} |    graphs reused = {n}",
+    "slot print_timing: id  {s} | task {t} | draft acceptance = 0.5 (  {n} accepted /  {n} "
+    "generated), mean len =  1.02",
+    "slot print_timing: id  {s} | task {t} | n_gen =    {n}, tg =  36.86 t/s, tg_3s =  {n}.02 t/s",
+    "srv  handle_sleep: server is entering sleeping state",
+    "srv  handle_sleep: server is exiting sleeping state",
+    "srv          join: request for name=m{s} queued at position {n}",
+    "srv          join: request for name=m{s} joined the queue, {n} waiting",
+    "srv  ensure_model: waiting until model name=m{s} is fully loaded...",
     "slot      release: id  {s} | task {t} | stop processing: n_past = {n}, truncated = 0",
     "slot released id_slot={s} id_task={t} n_ctx_slot=8192",
     "srv          stop: cancel task, id_task = {t}",
@@ -287,8 +295,9 @@ def _compiled_feed(p: Parser, lines: Sequence[LogLine]) -> list[Record]:
             i = speedups.feed(p, lines, i, out, FEED_TYPES, p.max_in_flight)
             if i == len(lines):
                 break
-        out += p.feed_reference((lines[i],))
+        p._feed((lines[i],), out)  # (into the batch's records, as feed_all's loop does)
         i += 1
+    p._remember_totals(out)
     return out
 
 

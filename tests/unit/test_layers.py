@@ -27,6 +27,7 @@ LEVELS: list[set[str]] = [
     },
     {"exporter.parse.prefix", "exporter.parse.context", "exporter.parse.router"},
     {"exporter.parse.tokens", "exporter.parse.contract", "exporter.accounting.contract"},
+    {"exporter.parse.extras"},
     {"exporter.compiled.switch"},
     {
         "exporter.daemon.clock",

@@ -9,27 +9,29 @@ the records hold. Hypothesis runs random operations on both over several nodes a
 batches of intervals and events (late ones, restarts, occupancies without timing of every
 reason, lost requests, slot counts and server states, requests of model instances, parse errors,
 unknown nodes, values that do not fit in 64 bits or sums that would overflow, values of other
-types),
-watermarks moving in between, and checkpoint round trips, also of crafted states.
+types), their prompt-eval and generation times given or not, at and around the bounds of their
+histograms, watermarks moving in between, and checkpoint round trips, also of crafted states.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from exporter.accounting import intake
 from exporter.accounting.accounting import Accounting
 from exporter.accounting.contract import RECORD_TYPES
 from exporter.accounting.figures import KindCounters, NodeState
-from exporter.accounting.settings import DEFAULT_BUCKETS_S
+from exporter.accounting.settings import DEFAULT_BUCKETS_S, DEFAULT_PHASE_BUCKETS_S
 from exporter.base.kinds import DEFAULT_RULES, KindRule, Kinds
 from exporter.base.records import Event, EventKind, Interval, Record
 from exporter.base.times import SECOND
@@ -75,6 +77,10 @@ BUCKETS = (
     (5.0, 1.0, 3.0),  # unsorted: bisect's answer all the same
     (1.0, 1e30),  # a bound that does not fit in 64 bits: every interval is Python's
 )
+# the prompt-eval and generation histograms' (each its own)
+PHASE_BUCKETS = (DEFAULT_PHASE_BUCKETS_S, (0.001, 0.5, 0.5, 2.0), *BUCKETS[2:])  # (a bound twice)
+buckets = st.sampled_from(BUCKETS[:4]) | st.sampled_from(BUCKETS)
+phase_buckets = st.sampled_from(PHASE_BUCKETS[:4]) | st.sampled_from(PHASE_BUCKETS)
 
 
 @dataclass(frozen=True)
@@ -83,19 +89,28 @@ class Config:
     buckets_s: tuple[float, ...]
     origin_us: int
     max_request_us: int
+    prompt_buckets_s: tuple[float, ...] = DEFAULT_PHASE_BUCKETS_S
+    generation_buckets_s: tuple[float, ...] = DEFAULT_PHASE_BUCKETS_S
 
     def build(self, cls: type[Accounting]) -> Accounting:
         kinds = Kinds(self.rules)
-        over = {"max_request_us": self.max_request_us, "buckets_s": self.buckets_s}
+        over = {
+            "max_request_us": self.max_request_us,
+            "buckets_s": self.buckets_s,
+            "prompt_buckets_s": self.prompt_buckets_s,
+            "generation_buckets_s": self.generation_buckets_s,
+        }
         return cls(NODES, default_settings(kinds, **over), origin_us=self.origin_us)
 
 
 configs = st.builds(
     Config,
     rules=st.sampled_from(RULES),
-    buckets_s=st.sampled_from(BUCKETS[:4]) | st.sampled_from(BUCKETS),
+    buckets_s=buckets,
     origin_us=st.just(ORIGIN) | st.sampled_from((0, -ORIGIN, 2**63, -(2**64))),
     max_request_us=st.sampled_from((30 * SECOND, 600 * SECOND)),
+    prompt_buckets_s=phase_buckets,
+    generation_buckets_s=phase_buckets,
 )
 
 # -- the records --------------------------------------------------------------------------------
@@ -109,6 +124,15 @@ TOKENS = (0, 10, 99, 100, 250, 599, 600, 700, 1100)
 counts = st.sampled_from(TOKENS) | st.none() | st.integers(0, 1200) | st.sampled_from((*BIG, -5))
 token_counts = st.sampled_from(TOKENS) | st.integers(0, 1200)
 small = st.none() | st.integers(0, 3)
+# a prompt-eval or generation time: None (not logged), at or next to a bound of any histogram
+# here, anywhere up to past the last bound, or one that does not fit
+BOUNDS_US = sorted({round(b * SECOND) for bs in (*BUCKETS, *PHASE_BUCKETS) for b in bs if b < 1e6})
+phase_times = (
+    st.none()
+    | st.builds(lambda b, d: b + d, st.sampled_from(BOUNDS_US), st.sampled_from((-1, 0, 1)))
+    | st.integers(0, 700 * SECOND)
+    | st.sampled_from((0, -5, *BIG))
+)
 tasks = st.none() | st.integers(0, 6) | st.sampled_from((1000, 2**64))
 nodes = st.sampled_from(NODES) | st.just("elsewhere")  # (not configured: KeyError)
 # mostly timed requests; now and then one released without timing, of each reason
@@ -126,7 +150,8 @@ def intervals(draw: st.DrawFn) -> Interval:
         | times
     )
     # tokens, prompt_tokens, generated_tokens, prompt_us, generation_us, slot, task
-    f: list[Any] = [draw(counts) for _ in range(5)] + [draw(small), draw(tasks)]
+    f: list[Any] = [draw(counts) for _ in range(3)] + [draw(phase_times) for _ in range(2)]
+    f += [draw(small), draw(tasks)]
     if draw(st.integers(0, 30)) == 0:  # now and then a value of another type
         f[draw(st.integers(0, len(f) - 1))] = draw(odd)
     node = draw(nodes)
@@ -165,7 +190,8 @@ def requests(draw: st.DrawFn) -> list[Record]:
     if reason:  # released without timing: from its launch to its release
         iv = Interval(node, start, end, slot=slot, task=task, pid=1, reason=reason)
     else:
-        iv = Interval(node, start, end, tokens, tokens // 2, tokens - tokens // 2, 7, 9, slot, task)
+        p_us, g_us, half = draw(phase_times), draw(phase_times), tokens // 2
+        iv = Interval(node, start, end, tokens, half, tokens - half, p_us, g_us, slot, task)
     return [Event(node, start, EventKind.STARTED, 1, slot, task), iv]
 
 
@@ -328,6 +354,20 @@ def test_sums_that_would_overflow_64_bits_are_the_python_codes() -> None:
     check(default, [("add_all", recs), ("advance_to", ORIGIN + SECOND), ("advance_to", big)])
 
 
+@pytest.mark.parametrize("n", range(10))
+def test_each_value_at_and_around_each_bound_is_in_the_references_bucket(n: int) -> None:
+    """Bounds of every length up to 9, a bound twice: the prompt-eval and generation times at
+    each bound, one below and one above, in the bucket bisect gives (and the durations too)."""
+    bounds = tuple(sorted(0.25 * (i - i // 3) for i in range(1, n + 1)))
+    config = Config(DEFAULT_RULES, bounds, ORIGIN, 600 * SECOND, bounds, bounds[::-1])
+    near = [round(b * SECOND) + d for b in (0.0, *bounds, 9.0) for d in (-1, 0, 1)]
+    recs = [
+        Interval("node1", ORIGIN, ORIGIN + us, 10, 1, 2, us, near[-1 - i], 0, i)
+        for i, us in enumerate(near)
+    ]
+    check(config, [("add_all", recs), ("add_all", [r._replace(prompt_us=None) for r in recs])])
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**32), st.sampled_from((3, 40, 2000)))
 def test_a_large_timeline_in_any_order_sweeps_as_the_reference(seed: int, spread_s: int) -> None:
@@ -395,21 +435,28 @@ def test_the_compiled_sweep_of_any_restored_state_is_the_references(
 
 def _parts(acc_nodes: Sequence[str] = ("n",)) -> Any:
     """What `_accounting.add_all` reads of an accounting (ACCOUNTING_READS), built as
-    Accounting builds its own (two kinds, the default buckets)."""
+    Accounting builds its own (two kinds, the default buckets; the generation histogram's
+    bounds other than the prompt histogram's, so that one read for the other shows)."""
     names = ("extraction", "reconcile")
     bounds = tuple(round(b * SECOND) for b in DEFAULT_BUCKETS_S)
+    prompt = tuple(round(b * SECOND) for b in DEFAULT_PHASE_BUCKETS_S)
+    generation = tuple(round(b * SECOND) for b in (0.1, 1.0, 10.0, 100.0))
+
+    def counters() -> KindCounters:
+        return KindCounters(
+            buckets=[0] * (len(bounds) + 1),
+            prompt_buckets=[0] * (len(prompt) + 1),
+            generation_buckets=[0] * (len(generation) + 1),
+        )
+
     return SimpleNamespace(
-        nodes={
-            n: NodeState(
-                newest_us=0,
-                kinds={k: KindCounters(buckets=[0] * (len(bounds) + 1)) for k in names},
-            )
-            for n in acc_nodes
-        },
+        nodes={n: NodeState(newest_us=0, kinds={k: counters() for k in names}) for n in acc_nodes},
         node_index={n: i for i, n in enumerate(acc_nodes)},
         kind_of={10: "reconcile", 700: "extraction"},
         kind_bit={"extraction": 1, "reconcile": 2},
         buckets_us=bounds,
+        prompt_buckets_us=prompt,
+        generation_buckets_us=generation,
         origin_us=ORIGIN,
         watermark_us=ORIGIN,
         pending=[],
@@ -460,6 +507,34 @@ def test_the_compiled_add_all_takes_requests_and_hands_back_the_rest() -> None:
     assert _add_all(recs, p, len(recs)) == len(recs)
 
 
+def test_the_compiled_add_all_fills_the_prompt_and_generation_histograms() -> None:
+    """Each timed request's prompt-eval and generation times, where its block gave them, each
+    in its own histogram by its own bounds: what intake.interval makes of the same records."""
+    p, ref = _parts(), _parts()
+    pb, gb = p.prompt_buckets_us, p.generation_buckets_us
+    s = SECOND
+    recs: list[Record] = [
+        Interval("n", ORIGIN, ORIGIN + 3 * s, 700, 600, 100, pb[3], gb[2] + 1),  # at; just past
+        Interval("n", ORIGIN, ORIGIN + 3 * s, 700, 600, 100, None, gb[0]),  # no prompt time
+        Interval("n", ORIGIN, ORIGIN + 9 * s, 700, 600, 100, pb[-1] + 1, None),  # +Inf; none
+        Interval("n", ORIGIN, ORIGIN + 2 * s, 700, 600, 100, 0, gb[-1] + 1),
+        Interval("n", ORIGIN, ORIGIN + s, 10, 5, 5, None, None),  # neither
+        Interval("n", ORIGIN, ORIGIN + s, 10, 5, 5, pb[0] - 1, -5),
+    ]
+    assert _add_all(recs, p) == len(recs)  # (every one the compiled code's)
+    x, r = p.nodes["n"].kinds["extraction"], p.nodes["n"].kinds["reconcile"]
+    assert x.requests == 4 and r.requests == 2
+    assert x.prompt_buckets == [1] + [0] * 2 + [1] + [0] * (len(pb) - 4) + [1]
+    assert x.prompt_histogram_us == pb[3] + pb[-1] + 1
+    assert x.generation_buckets == [1, 0, 0, 1, 1]
+    assert x.generation_histogram_us == gb[2] + 1 + gb[0] + gb[-1] + 1
+    assert r.prompt_buckets == [1] + [0] * len(pb) and r.prompt_histogram_us == pb[0] - 1
+    assert r.generation_buckets == [1, 0, 0, 0, 0] and r.generation_histogram_us == -5
+    for rec in recs:
+        intake.interval(ref, cast(Interval, rec), True)
+    assert p.nodes["n"].kinds == ref.nodes["n"].kinds and p.pending == ref.pending
+
+
 def test_the_compiled_add_all_hands_back_counters_it_does_not_keep() -> None:
     p = _parts()
     p.nodes["n"].kinds["reconcile"].buckets = [0, 0]  # not one per bucket
@@ -468,6 +543,33 @@ def test_the_compiled_add_all_hands_back_counters_it_does_not_keep() -> None:
     assert _add_all(recs, p) == 0
     assert _add_all(recs, p, 1) == 1
     assert p.pending == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("prompt_buckets", [0, 0]),  # not one per bucket
+        ("generation_buckets", (0,) * 5),  # not a list
+        ("generation_buckets", [0, 0, 0.5, 0, 0]),  # not of ints
+        ("prompt_histogram_us", 1.5),
+        ("generation_histogram_us", None),
+    ],
+)
+def test_the_compiled_add_all_hands_back_histograms_it_does_not_keep(name: str, value: Any) -> None:
+    p = _parts()
+    setattr(p.nodes["n"].kinds["reconcile"], name, value)
+    before = copy.deepcopy(p.nodes["n"].kinds["reconcile"])
+    recs: list[Record] = [Interval("n", ORIGIN, ORIGIN + 1, 10, 1, 1, None, None)]
+    assert _add_all(recs, p) == 0
+    assert p.nodes["n"].kinds["reconcile"] == before and p.pending == []
+
+
+def test_the_compiled_add_all_hands_back_every_record_when_a_bound_does_not_fit() -> None:
+    for name in ("prompt_buckets_us", "generation_buckets_us"):
+        p = _parts()
+        setattr(p, name, (SECOND, 2**64))
+        assert _add_all([Interval("n", ORIGIN, ORIGIN + 1, 10, 1, 1, 5, 5)], p) == 0
+        assert p.pending == []
 
 
 def test_the_compiled_add_all_refuses_arguments_of_other_types() -> None:
@@ -481,6 +583,11 @@ def test_the_compiled_add_all_refuses_arguments_of_other_types() -> None:
         _accounting.add_all([], 0, _parts(), (int, str, 1))
     with pytest.raises(AttributeError):  # (not an accounting: no `nodes`)
         _accounting.add_all([], 0, object(), RECORD_TYPES)
+    for name in ("buckets_us", "prompt_buckets_us", "generation_buckets_us"):
+        p = _parts()
+        setattr(p, name, [1, 2])  # (bounds: a tuple)
+        with pytest.raises(TypeError):
+            _add_all([], p)
 
 
 ACCOUNTING = layouts_of_accounting()

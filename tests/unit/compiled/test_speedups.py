@@ -53,7 +53,16 @@ PREFIXES = (
 )
 
 NAMES = ("print_timing", "launch_slot_", "release", "releases", "launch_slot", "print_timings")
-WHAT = ("prompt eval time", "eval time", "total time", "graphs reused", "n_decoded", "")
+WHAT = (
+    "prompt eval time",
+    "eval time",
+    "total time",
+    "graphs reused",
+    "n_decoded",
+    "",
+    "draft acceptance = 0.00758 (    1 accepted /   132 generated), mean len =  1.02",
+    "n_gen =    300, tg =  36.86 t/s, tg_3s =  37.02 t/s",
+)
 UNITS = ("tokens", "runs", "token", "tokens (  3.07 ms per token)")
 TAILS = (
     "",
@@ -147,6 +156,12 @@ VERBATIM = (
     "slot      release: id  0 | task 5 | stop processing: n_past = 505, truncated = 0",
     "slot print_timing: id  0 | task 5 |    graphs reused = 3",
 )
+# print_timing lines whose figures the reference reads (parse.extras): handed back
+HANDED_BACK = (
+    "slot print_timing: id  0 | task 5 | draft acceptance = 0.00758 (    1 accepted /   132 "
+    "generated), mean len =  1.02",
+    "slot print_timing: id  0 | task 36 | n_gen =    300, tg =  36.86 t/s, tg_3s =  37.02 t/s",
+)
 
 
 def reference(msg: str) -> Token | type[ParseError] | None:
@@ -157,6 +172,12 @@ def reference(msg: str) -> Token | type[ParseError] | None:
 
 
 # -- tokenize ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("msg", HANDED_BACK)
+def test_the_compiled_tokenizer_hands_back_the_lines_whose_figures_python_reads(msg: str) -> None:
+    assert _speedups.tokenize(msg) is None
+    assert reference(msg) is not None
 
 
 @pytest.mark.parametrize("msg", VERBATIM)
@@ -236,6 +257,14 @@ STEP_LINES = {
     "error": "srv    send_error: task id = {t}, error: request ({n} tokens) exceeds the context",
     "slots": "srv    load_model: initializing, n_slots = {s}, n_ctx_slot = 512",
     "exit": "srv    operator(): operator(): cleaning up before exit...",
+    "draft": "slot print_timing: id  {s} | task {t} | draft acceptance = 0.00758 (    1 accepted /"
+    "   {n} generated), mean len =  1.02",
+    "decode": "slot print_timing: id  {s} | task {t} | n_gen =    300, tg =  36.86 t/s, tg_3s = "
+    " {n}.02 t/s",
+    "sleep": "srv  handle_sleep: server is entering sleeping state",
+    "wake": "srv  handle_sleep: server is exiting sleeping state",
+    "queued": "srv          join: request for name=tiny-{s} queued at position {n}",
+    "waiting": "srv  ensure_model: waiting until model name=tiny-{s} is fully loaded...",
     "unit_up": "Started sm-llm.service - sm-llm llama-server.",
     "unit_stopping": "Stopping sm-llm.service - sm-llm llama-server...",
     "unit_gone": "sm-llm.service: Main process exited, code=killed, status=9/KILL",

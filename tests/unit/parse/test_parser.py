@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from exporter.base.records import Event, EventKind, Interval, LogLine, Record
+from exporter.base.records import Draft, Event, EventKind, Interval, LogLine, Record
 from exporter.checkpoint.codec import parser_of, parser_state
 from exporter.parse import parser as parse
 from exporter.parse import tokens
@@ -239,11 +239,6 @@ ERAS: list[tuple[str, list[tuple[int, str]], list[Want]]] = [
             (0, "slot print_timing: id  0 | task 36 | n_decoded =    100, tg =  11.44 t/s"),
             (
                 0,
-                "slot print_timing: id  0 | task 36 | n_gen =    300, tg =  36.86 t/s, tg_3s =  37.02"
-                " t/s",
-            ),
-            (
-                0,
                 "slot update_slots: id  0 | task 36 | prompt processing progress, n_tokens = 4096, "
                 "batch.n_tokens = 2048, progress = 0.819200",
             ),
@@ -331,7 +326,7 @@ def trace(records: list[Record]) -> list[Step]:
     for r in records:
         if isinstance(r, Event):
             steps.append((r.kind, r.task))
-        elif r.reason:
+        elif isinstance(r, Interval) and r.reason:
             assert r.tokens is r.prompt_us is r.generation_us is None
             steps.append((r.reason, r.task, (r.start_us - T0) // 1000, (r.end_us - T0) // 1000))
     return steps
@@ -631,6 +626,7 @@ def test_an_old_servers_waiting_stop_is_decided_in_its_own_context() -> None:
     assert [
         (r.kind, r.pid) if isinstance(r, Event) else (r.reason, r.pid, r.start_us, r.end_us)
         for r in out
+        if not isinstance(r, Draft)
     ] == [
         (EventKind.STARTED, 100),
         (EventKind.RESTART, 200),
