@@ -64,6 +64,8 @@ ELSEWHERE = {
     "test_dashboard_router.py runs the row on a recorded router run",
     dash.INIT_ROW: "the demo has no init-timeline node, so no smllm_init_* series; "
     "test_dashboard_init_timeline.py runs the row on a recorded vllm-omni start-up",
+    dash.DETAILS_ROW: "the demo's llama-servers never sleep, draft, queue for a model or log "
+    "live decode lines; test_dashboard_llama_lines.py runs the row on recorded runs",
 }
 # Series present only while a condition holds, which the demo may or may not meet when this
 # test looks: with their panels, and where they are shown to return data.

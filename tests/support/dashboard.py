@@ -33,6 +33,9 @@ DASHBOARD = REPO / "deploy" / "grafana" / "sm-llm-exporter.json"
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
 
 ROUTER_ROW = "Models (router mode)"
+DETAILS_ROW = "llama-server details"  # sleep, drafts, prefill and decode, the router's queue
+STARTUP_PANEL = "Last start-up and its phases: $node"
+BUSY_PANEL = "Node busy or idle"
 INIT_ROW = "vllm-omni start-ups (init timeline)"
 IDLE_PANEL = "Idle while the others work"
 SINCE_PANEL = "Time since last request"
