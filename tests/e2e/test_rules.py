@@ -140,13 +140,11 @@ def test_promtool_test_rules() -> None:
     assert "SUCCESS" in result.stdout and "FAILED" not in result.stdout
 
 
-def test_promtool_test_rules_can_fail(tmp_path: Path) -> None:
-    """The unit tests catch a wrong rule: the idle alert without its `for:` fires too early."""
-    (tmp_path / "rules.yml").write_text(
-        RULES.read_text(encoding="utf-8").replace("for: 10m", "for: 1m", 1), encoding="utf-8"
-    )
+def promtool_test_with(tmp_path: Path, rules: str) -> subprocess.CompletedProcess[str]:
+    """`promtool test rules` of the unit tests on `rules` (a changed rules.yml)."""
+    (tmp_path / "rules.yml").write_text(rules, encoding="utf-8")
     (tmp_path / "rules_test.yml").write_text(RULES_TEST.read_text(encoding="utf-8"))
-    result = subprocess.run(
+    return subprocess.run(
         [require_tool("promtool"), "test", "rules", "rules_test.yml"],
         capture_output=True,
         text=True,
@@ -154,6 +152,12 @@ def test_promtool_test_rules_can_fail(tmp_path: Path) -> None:
         cwd=tmp_path,
         timeout=120,
     )
+
+
+def test_promtool_test_rules_can_fail(tmp_path: Path) -> None:
+    """The unit tests catch a wrong rule: the idle alert without its `for:` fires too early."""
+    rules = RULES.read_text(encoding="utf-8").replace("for: 10m", "for: 1m", 1)
+    result = promtool_test_with(tmp_path, rules)
     assert result.returncode != 0
     assert "SmLlmNodeIdle" in result.stdout + result.stderr
 
@@ -164,16 +168,7 @@ def test_promtool_test_rules_catch_a_sleeping_node_taken_as_known(tmp_path: Path
     clause = " unless (smllm_server_sleeping == 1)"
     rules_text = RULES.read_text(encoding="utf-8")
     assert rules_text.count(clause) == 1
-    (tmp_path / "rules.yml").write_text(rules_text.replace(clause, ""), encoding="utf-8")
-    (tmp_path / "rules_test.yml").write_text(RULES_TEST.read_text(encoding="utf-8"))
-    result = subprocess.run(
-        [require_tool("promtool"), "test", "rules", "rules_test.yml"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    result = promtool_test_with(tmp_path, rules_text.replace(clause, ""))
     out = result.stdout + result.stderr
     assert result.returncode != 0
     assert "SmLlmNodeIdle beside a sleeping server" in out, out[-3000:]
