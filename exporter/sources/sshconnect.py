@@ -4,7 +4,8 @@ The one module that imports asyncssh (`sources/sshreader.py` follows a journal o
 opens, through the names below). Host keys are checked against known_hosts unless the node's
 config says otherwise (a warning, once). Passwords and the client keys' passphrase come from a
 file or an environment variable and are never logged; keys and known_hosts are read and decoded
-here, in a worker thread, so that a problem names the file. A failure to connect comes out as a
+here, in a worker thread, so that a problem names the file, and each file's content is parsed
+once and shared by every connection (`parsedonce`). A failure to connect comes out as a
 SourceError in words, naming the node and never a secret, with what the peer said escaped.
 `known-hosts` fetches a node's host key without trusting it (`host_keys`).
 """
@@ -23,6 +24,7 @@ import asyncssh
 from exporter.base.logs import escape
 from exporter.config.files import read_small_file
 from exporter.sources.base import SourceError
+from exporter.sources.parsedonce import Parsed
 from exporter.sources.registry import NodeConfig
 from exporter.sources.ssh import SSH_PORT, SshNode
 
@@ -46,6 +48,9 @@ ENCRYPTION = (
     "aes256-ctr",
 )
 _warned_unverified: set[str] = set()
+# the files every connection shares, each parsed once per content
+KNOWN_HOSTS: Parsed[asyncssh.SSHKnownHosts] = Parsed()
+CLIENT_KEYS: Parsed[asyncssh.SSHKey] = Parsed()
 
 Env = dict[str, str] | os._Environ[str]
 
@@ -114,7 +119,8 @@ def _client_key(node: SshNode, path: Path, passphrase: str | None) -> asyncssh.S
         why = e.strerror or type(e).__name__
         raise SourceError(f"{who(node)}: client key{shown_path(path)}: {why}{_hint(e)}") from None
     try:
-        return asyncssh.import_private_key(data, passphrase)
+        salt = b"" if passphrase is None else b"p" + passphrase.encode("utf-8", "surrogatepass")
+        return CLIENT_KEYS.get(data, lambda: asyncssh.import_private_key(data, passphrase), salt)
     except (asyncssh.KeyImportError, ValueError, TypeError) as e:
         text = str(e)
         if "assphrase" in text or "decrypt" in text.lower():
@@ -143,7 +149,7 @@ def load_known_hosts(node: SshNode) -> asyncssh.SSHKnownHosts | None:
             f"known-hosts {node.name}` prints the lines to put there"
         ) from None
     try:
-        return asyncssh.import_known_hosts(text)
+        return KNOWN_HOSTS.get(text.encode(), lambda: asyncssh.import_known_hosts(text))
     except (asyncssh.Error, ValueError) as e:
         raise SourceError(f"{who(node)}: known_hosts {path} does not read: {e}") from None
 

@@ -65,7 +65,7 @@ LEVELS: list[set[str]] = [
     {"exporter.config.schema"},
     {"exporter.config.load", "exporter.config.changes", "exporter.config.reference"},
     {"exporter.sources.entries"},
-    {"exporter.sources.lines"},
+    {"exporter.sources.lines", "exporter.sources.parsedonce"},
     {
         "exporter.sources.filereader",
         "exporter.sources.journalreader",
