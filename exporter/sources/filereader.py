@@ -10,8 +10,9 @@ nothing to read, polled again; what a writer sends later is read. Anything else 
 regular file (a device such as `/dev/zero`, a socket, a directory), the path or the file a
 symlink there leads to, is refused unopened as the node's error, and the path polled until a
 dump is there again. Its blocking calls
-run on a thread of the source's own that the daemon's shutdown never waits for longer than
-CLOSE_WAIT_SECONDS (a read stuck on a hung file system holds nothing up). A window reads
+run in order on the file sources' shared pool of threads (`sources/pool.py`), which the daemon's
+shutdown never waits for longer than CLOSE_WAIT_SECONDS (a read stuck on a hung file system
+holds nothing up). A window reads
 what an operator hands the report: a plain or gzip dump (told by its magic bytes), `-` for
 standard input, a pipe or a process substitution.
 """
@@ -19,16 +20,14 @@ standard input, a pipe or a process substitution.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
 import io
 import logging
 import os
-import queue
 import stat
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar, cast
 
@@ -36,6 +35,7 @@ from exporter.base.records import Batch
 from exporter.sources.base import Progress, SourceError
 from exporter.sources.file import FileNode, FilePosition
 from exporter.sources.lines import Chunk, LineReader
+from exporter.sources.pool import FILES
 
 log = logging.getLogger(__name__)
 
@@ -58,58 +58,6 @@ KINDS = {
     stat.S_IFDIR: "a directory",
 }
 T = TypeVar("T")
-
-
-class _Worker:
-    """One daemon thread that runs a source's blocking calls in turn. Unlike `asyncio.to_thread`
-    (the loop's default executor, which `asyncio.run` and the interpreter's exit wait for), a
-    call stuck in the kernel never holds up the process's shutdown."""
-
-    def __init__(self, name: str) -> None:
-        self._calls: queue.SimpleQueue[
-            tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop] | None
-        ] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name=name, daemon=True).start()
-
-    def _serve(self) -> None:
-        while (call := self._calls.get()) is not None:
-            fn, future, loop = call
-            try:
-                result, error = fn(), None
-            except BaseException as e:  # handed to the awaiting task, whatever it is
-                result, error = None, e
-            # (a closed loop: nobody waits for this any more)
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, future, result, error)
-
-    async def call(self, fn: Callable[[], T]) -> T:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._calls.put((fn, future, loop))
-        return await future
-
-    async def finish(self, last: Callable[[], None], timeout: float) -> bool:
-        """Run `last` after the call in progress, if any, and end the thread; wait at most
-        `timeout` seconds for it (False when it was not done by then: it runs when the call in
-        progress returns)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._calls.put((last, future, loop))
-        self._calls.put(None)
-        try:
-            await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            return False
-        return True
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():  # its awaiting task was cancelled
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
 
 
 class FileSource:
@@ -145,7 +93,7 @@ class FileSource:
         self._gap = False  # the saved position could not be resumed: say so in the next batch
 
     async def run(self, out: asyncio.Queue[Batch]) -> None:
-        worker = _Worker(f"file source {self.node}")
+        worker = FILES.serial(f"file source {self.node}")
         try:
             while True:
                 batch = await worker.call(self._locked_step)
