@@ -30,6 +30,7 @@ from exporter.daemon import hup
 from exporter.daemon.apply import Applier
 from exporter.daemon.clock import boottime
 from exporter.daemon.core import Core
+from exporter.daemon.descriptors import Budget
 from exporter.daemon.listen import Listener
 from exporter.daemon.logger import log
 from exporter.daemon.loop import IngestLoop
@@ -181,7 +182,8 @@ class Daemon:
         queue: asyncio.Queue[Batch] = asyncio.Queue(max(QUEUE_SIZE, len(core.config.nodes)))
         try:
             async with asyncio.TaskGroup() as tg:
-                supervisor = Supervisor(core, self.source_factory, queue, tg)
+                budget = Budget.of_process(core.config.http_max_connections)
+                supervisor = Supervisor(core, self.source_factory, queue, tg, budget)
                 timelines = Timelines(core, tg)
                 reconfigure = Reconfigure(
                     core,

@@ -17,10 +17,11 @@ from contextlib import suppress
 from exporter.base.records import Batch
 from exporter.base.times import iso
 from exporter.daemon.core import Core
+from exporter.daemon.descriptors import Budget
 from exporter.daemon.logger import log
 from exporter.daemon.nodes import Node
 from exporter.sources import registry as sources
-from exporter.sources.base import Source
+from exporter.sources.base import Source, SourceError
 from exporter.sources.registry import NodeConfig
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
@@ -30,7 +31,8 @@ SourceFactory = Callable[[NodeConfig, int, str], Source]
 
 
 class Supervisor:
-    """Starts and restarts the nodes' sources as tasks of `tg`, handing over to `queue`."""
+    """Starts and restarts the nodes' sources as tasks of `tg`, handing over to `queue`, each
+    holding its share of the descriptor `budget` while it runs."""
 
     def __init__(
         self,
@@ -38,11 +40,13 @@ class Supervisor:
         source_factory: SourceFactory,
         queue: asyncio.Queue[Batch],
         tg: asyncio.TaskGroup,
+        budget: Budget | None = None,
     ) -> None:
         self.core = core
         self.source_factory = source_factory
         self.queue = queue
         self.tg = tg
+        self.budget = budget if budget is not None else Budget(1 << 30)
         self._rng = random.Random()
 
     def start(self, node: Node) -> None:
@@ -71,11 +75,17 @@ class Supervisor:
                 resumes = await off_loop(functools.partial(sources.resumes, config, node.position))
                 newest_us = self.core.acc.nodes[node.name].newest_us
                 start = start_of(node, config, newest_us, resumes=resumes)
-                source = self.source_factory(config, *start)
-                if not first:
-                    await self.queue.put(Batch(node.name, up=False, reconnected=True))
-                first = False
-                await source.run(self.queue)
+                share = sources.descriptors(config)
+                if not self.budget.take(share):
+                    raise SourceError(self.budget.why_not(share))
+                try:
+                    source = self.source_factory(config, *start)
+                    if not first:
+                        await self.queue.put(Batch(node.name, up=False, reconnected=True))
+                    first = False
+                    await source.run(self.queue)
+                finally:
+                    self.budget.give(share)
                 error = "the source stopped"
             except asyncio.CancelledError:
                 raise

@@ -87,4 +87,5 @@ KIND = SourceKind(
     describe,
     reader="exporter.sources.filereader",
     resumes=resumes,
+    descriptors=2,  # (the file followed, and the one it left at the path, read to its end)
 )

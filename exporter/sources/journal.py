@@ -55,6 +55,7 @@ KIND = SourceKind(
     paths,
     describe,
     reader="exporter.sources.journalreader",
+    descriptors=32,  # (sd_journal opens each journal file of the directory)
     needs=Needs(
         "systemd",
         "the journal source needs systemd-python: pip install 'sm-llm-exporter[journal]'",

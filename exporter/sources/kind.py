@@ -85,6 +85,8 @@ class SourceKind(Generic[N]):
     needs: Needs | None = None  # what its reader imports that may not be installed
     # can its reader go on from a saved position (blocking: called off the loop)?
     resumes: Callable[[N, str], bool] = always
+    # the file descriptors a running source of it holds at most (its descriptor budget share)
+    descriptors: int = 1
 
 
 def node_unit(checker: Checker, path: str, entry: NodeEntry) -> str:

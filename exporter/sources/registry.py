@@ -71,6 +71,11 @@ def reader(node: NodeConfig) -> Reader:
     return cast(Reader, importlib.import_module(kind.reader))
 
 
+def descriptors(node: NodeConfig) -> int:
+    """The file descriptors the node's source holds at most while it runs."""
+    return kind_of(node).descriptors
+
+
 def follow(node: NodeConfig, since_us: int, position: str) -> Source:
     """The daemon's source for a configured node, from `position` (or `since_us` without one)."""
     return reader(node).follow(node, since_us, position)

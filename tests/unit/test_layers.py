@@ -65,7 +65,7 @@ LEVELS: list[set[str]] = [
     {"exporter.config.schema"},
     {"exporter.config.load", "exporter.config.changes", "exporter.config.reference"},
     {"exporter.sources.entries"},
-    {"exporter.sources.lines", "exporter.sources.parsedonce"},
+    {"exporter.sources.lines", "exporter.sources.parsedonce", "exporter.sources.pool"},
     {
         "exporter.sources.filereader",
         "exporter.sources.journalreader",
@@ -117,7 +117,12 @@ LEVELS: list[set[str]] = [
         "exporter.commands.check_config",
         "exporter.commands.known_hosts",
     },
-    {"exporter.daemon.nodes", "exporter.daemon.status", "exporter.daemon.reload"},
+    {
+        "exporter.daemon.nodes",
+        "exporter.daemon.status",
+        "exporter.daemon.reload",
+        "exporter.daemon.descriptors",
+    },
     {"exporter.daemon.core"},
     {
         "exporter.daemon.watch",
