@@ -316,6 +316,7 @@ class Accounting:
             buckets_us=self.buckets_us,
             prompt_buckets_us=self.prompt_buckets_us,
             generation_buckets_us=self.generation_buckets_us,
+            histograms_per_node=self.settings.histograms_per_node,
             concurrency_us=tuple(self.concurrency_us),
             mix_us=dict(self.mix_us),
             watermark_us=self.watermark_us,

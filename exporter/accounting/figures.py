@@ -150,6 +150,7 @@ class Snapshot:
     buckets_us: tuple[int, ...]
     prompt_buckets_us: tuple[int, ...]
     generation_buckets_us: tuple[int, ...]
+    histograms_per_node: bool  # the histograms' series: each node and kind, else each kind
     concurrency_us: tuple[int, ...]  # index k: exactly k nodes busy
     mix_us: dict[str, int]
     watermark_us: int

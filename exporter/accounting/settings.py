@@ -40,3 +40,4 @@ class Settings:
     slow_start_share: float  # the share of it past which a start-up is slow
     prompt_buckets_s: tuple[float, ...]  # the prompt-eval time histogram's upper bounds
     generation_buckets_s: tuple[float, ...]  # the generation time histogram's
+    histograms_per_node: bool = True  # the histograms of each node and kind, else of each kind

@@ -18,6 +18,7 @@ from exporter.config.values import (
     MAX_ALLOWANCE_S,
     MAX_START_TIMEOUT_S,
     as_allowance,
+    as_bool,
     as_buckets,
     as_count,
     as_kind_name,
@@ -48,6 +49,7 @@ _SETTINGS: tuple[tuple[str, Callable[[Any], Any] | None, str], ...] = (
     ("duration_buckets", as_buckets, "must be a list of increasing positive seconds"),
     ("prompt_duration_buckets", as_buckets, "must be a list of increasing positive seconds"),
     ("generation_duration_buckets", as_buckets, "must be a list of increasing positive seconds"),
+    ("histograms_per_node", as_bool, "must be true or false"),
     ("slots", as_slots, f"must be an integer 1..{MAX_SLOTS}"),
     (
         "clock_allowance_seconds",

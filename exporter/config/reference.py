@@ -135,6 +135,12 @@ _TOP: tuple[tuple[str, str], ...] = (
         "seconds, as `duration_buckets`.",
     ),
     (
+        "histograms_per_node",
+        "Whether the three duration histograms have a series for each node and kind (`true`) "
+        "or for each kind only, the nodes' added up (`false`). At a thousand nodes they are "
+        "most of `/metrics`; the per-node counters stay either way.",
+    ),
+    (
         "slots",
         "A node's llama-server slots until it logs its own count (`n_slots = N`). A node holds "
         "at most its slots + 2 requests in flight. A launch beyond that, or on a slot that "

@@ -37,6 +37,9 @@ class Config:
     duration_buckets: tuple[float, ...] = DEFAULT_BUCKETS_S
     prompt_duration_buckets: tuple[float, ...] = DEFAULT_PHASE_BUCKETS_S
     generation_duration_buckets: tuple[float, ...] = DEFAULT_PHASE_BUCKETS_S
+    # the histograms per node and kind (True), or per kind only: at fleet scale they are most
+    # of /metrics
+    histograms_per_node: bool = True
     slots: int = DEFAULT_SLOTS  # a node's slot count until its llama-server logs n_slots
     # how far ahead of this clock a node's journal may run
     clock_allowance_seconds: int = CLOCK_ALLOWANCE_US // SECOND
@@ -77,6 +80,7 @@ TOP_KEYS = frozenset(
         "duration_buckets",
         "prompt_duration_buckets",
         "generation_duration_buckets",
+        "histograms_per_node",
         "slots",
         "clock_allowance_seconds",
         "start_timeout_seconds",

@@ -34,7 +34,11 @@ Sample = tuple[LabelValues, float]  # (label values, in the family's label order
 # (nodes with the kinds of each, bucket bounds, concurrency rows, mix labels): what a Column's
 # series depend on
 Shape = tuple[
-    tuple[tuple[str, tuple[str, ...]], ...], tuple[tuple[int, ...], ...], int, tuple[str, ...]
+    tuple[tuple[str, tuple[str, ...]], ...],
+    tuple[tuple[int, ...], ...],
+    bool,
+    int,
+    tuple[str, ...],
 ]
 
 
@@ -44,6 +48,7 @@ def shape(snap: Snapshot) -> Shape:
     return (
         tuple((n.name, tuple(n.kinds)) for n in snap.nodes),
         (snap.buckets_us, snap.prompt_buckets_us, snap.generation_buckets_us),
+        snap.histograms_per_node,
         len(snap.concurrency_us),
         tuple(snap.mix_us),
     )
@@ -115,11 +120,30 @@ class Found(Series):
 @dataclass(frozen=True)
 class DurationHistogram(Family):
     """Durations of each node and kind in the snapshot's `bounds` (`le`): each pair's
-    KindCounters holds the count in each bucket (`buckets`) and their sum (`sum_us`)."""
+    KindCounters holds the count in each bucket (`buckets`) and their sum (`sum_us`). Of each
+    kind only, the nodes' added up, when the snapshot says so (`histograms_per_node`)."""
 
     bounds: Callable[[Snapshot], tuple[int, ...]]
     buckets: Callable[[KindCounters], list[int]]
     sum_us: Callable[[KindCounters], int]
+
+    def labels_of(self, snap: Snapshot) -> tuple[str, ...]:
+        """Its labels in `snap` (without `le`): node and kind, or kind alone."""
+        return self.labels if snap.histograms_per_node else self.labels[1:]
+
+    def by_kind(self, snap: Snapshot) -> list[tuple[str, list[int], int]]:
+        """Each kind's buckets and sum, the nodes' added up."""
+        out = []
+        for kind in snap.kind_names:
+            counts = [0] * (len(self.bounds(snap)) + 1)
+            total = 0
+            for n in snap.nodes:
+                c = n.kinds[kind]
+                for i, v in enumerate(self.buckets(c)):
+                    counts[i] += v
+                total += self.sum_us(c)
+            out.append((kind, counts, total))
+        return out
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ daemon does not import it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import cast
 
@@ -80,8 +81,14 @@ class SnapshotCollector(Collector):
 
 
 def _histogram(family: DurationHistogram, snap: Snapshot) -> Metric:
-    metric = HistogramMetricFamily(family.name, family.help, labels=list(family.labels))
+    metric = HistogramMetricFamily(family.name, family.help, labels=list(family.labels_of(snap)))
     bounds = [le(b) for b in family.bounds(snap)] + [INF]
+    if not snap.histograms_per_node:
+        for kind, counts, total_us in family.by_kind(snap):
+            running = list(itertools.accumulate(counts))
+            buckets = [(b, float(n)) for b, n in zip(bounds, running, strict=True)]
+            metric.add_metric([kind], buckets, total_us / SECOND)
+        return metric
     for n in snap.nodes:
         for kind, c in n.kinds.items():
             total, buckets = 0, []

@@ -109,6 +109,24 @@ class _HistogramPart(_Part):
         out.extend([histograms[i] for _, _, histograms in rows])
 
 
+class _KindHistogramPart(_Part):
+    """A histogram of each kind only (`histograms_per_node` off): the nodes' added up."""
+
+    def __init__(
+        self, head: str, family: DurationHistogram, prefixes: list[tuple[list[str], str, str]]
+    ) -> None:
+        super().__init__(head)
+        self.family = family
+        self.prefixes = prefixes  # per kind, as snap.kind_names: buckets', count's, sum's
+
+    def write(self, out: list[str], snap: Snapshot, checkpoint_errors: int, rows: _Rows) -> None:
+        out.append(self.head)
+        for (bucket_prefixes, count, total_us), (_, counts, total) in zip(
+            self.prefixes, self.family.by_kind(snap), strict=True
+        ):
+            out.append(histogram_lines(bucket_prefixes, count, total_us, counts, total))
+
+
 class _ColumnPart(_Part):
     """A Column family's lines; a series whose value did not change keeps its line."""
 
@@ -170,7 +188,9 @@ class _Layout:
         self.kinds = [f for f in FAMILIES if isinstance(f, PerKind)]
         self.per_kind = [(f.value, self._prefixes(f, pairs)) for f in self.kinds]
         self.histograms = [f for f in FAMILIES if isinstance(f, DurationHistogram)]
-        self.histogram = [self._histogram(f, snap, pairs) for f in self.histograms]
+        self.per_node = snap.histograms_per_node
+        series = pairs if self.per_node else [(escape(k),) for k in snap.kind_names]
+        self.histogram = [self._histogram(f, snap, series) for f in self.histograms]
         # per (node, kind): the counters last rendered; snapshots share counters that did not
         # change, so most rows are reused
         self._rows: list[_Row | None] = [None] * len(pairs)
@@ -200,7 +220,10 @@ class _Layout:
         if isinstance(family, PerKind):
             return _PerKindPart(head, self.kinds.index(family))
         if isinstance(family, DurationHistogram):
-            return _HistogramPart(head, self.histograms.index(family))
+            h = self.histograms.index(family)
+            if not self.per_node:
+                return _KindHistogramPart(head, family, self.histogram[h])
+            return _HistogramPart(head, h)
         if isinstance(family, Column):
             return _ColumnPart(head, family, self._prefixes(family, self._escaped(family, snap)))
         if isinstance(family, Found):
@@ -214,11 +237,13 @@ class _Layout:
     def _histogram(
         f: DurationHistogram, snap: Snapshot, pairs: Sequence[LabelValues]
     ) -> list[tuple[list[str], str, str]]:
-        """Per (node, kind), escaped: its bucket lines' prefixes, its count's and its sum's."""
+        """Per series (node and kind, or kind), escaped: its bucket lines' prefixes, its
+        count's and its sum's."""
         bounds = [le(b) for b in f.bounds(snap)] + [INF]
-        bucket = Labelled(f"{f.name}_bucket", (*f.labels, "le"))
-        count = Labelled(f"{f.name}_count", f.labels)
-        total = Labelled(f"{f.name}_sum", f.labels)
+        labels = f.labels_of(snap)
+        bucket = Labelled(f"{f.name}_bucket", (*labels, "le"))
+        count = Labelled(f"{f.name}_count", labels)
+        total = Labelled(f"{f.name}_sum", labels)
         out = []
         for pair in pairs:
             # (one prefix a pair, split where its bound goes: an escaped value holds no `="`)
@@ -234,9 +259,11 @@ class _Layout:
             for c in n.kinds.values():
                 row = rows[i]
                 if row is None or row[0] is not c:
-                    histograms = [
-                        self._histogram_lines(h, i, c) for h in range(len(self.histogram))
-                    ]
+                    histograms = (
+                        [self._histogram_lines(h, i, c) for h in range(len(self.histogram))]
+                        if self.per_node
+                        else []
+                    )
                     rows[i] = (c, self._per_kind_lines(i, c), histograms)
                 i += 1
         done = [row for row in rows if row is not None]
@@ -251,14 +278,22 @@ class _Layout:
     def _histogram_lines(self, h: int, i: int, c: KindCounters) -> str:
         family = self.histograms[h]
         bucket_prefixes, count, total_us = self.histogram[h][i]
-        out = []
-        running = 0
-        for p, n in zip(bucket_prefixes, family.buckets(c), strict=True):
-            running += n
-            out.append(f"{p}{go_float(running)}\n")
-        total = go_float(family.sum_us(c) / SECOND)
-        out.append(f"{count}{go_float(running)}\n{total_us}{total}\n")
-        return "".join(out)
+        return histogram_lines(
+            bucket_prefixes, count, total_us, family.buckets(c), family.sum_us(c)
+        )
+
+
+def histogram_lines(
+    bucket_prefixes: Sequence[str], count: str, total_us: str, counts: Sequence[int], sum_us: int
+) -> str:
+    """A histogram series' lines: its buckets (cumulative), its count and its sum."""
+    out = []
+    running = 0
+    for p, n in zip(bucket_prefixes, counts, strict=True):
+        running += n
+        out.append(f"{p}{go_float(running)}\n")
+    out.append(f"{count}{go_float(running)}\n{total_us}{go_float(sum_us / SECOND)}\n")
+    return "".join(out)
 
 
 @dataclass(frozen=True)

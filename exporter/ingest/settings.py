@@ -22,6 +22,7 @@ def settings(cfg: Config, kinds: Kinds | None = None, max_request_s: int | None 
         buckets_s=cfg.duration_buckets,
         prompt_buckets_s=cfg.prompt_duration_buckets,
         generation_buckets_s=cfg.generation_duration_buckets,
+        histograms_per_node=cfg.histograms_per_node,
         slots=cfg.slots,
         clock_allowance_us=cfg.clock_allowance_seconds * SECOND,
         start_timeout_us=cfg.start_timeout_seconds * SECOND,

@@ -12,6 +12,7 @@ a family's samples together), and the text body goes through promtool.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import json
 import logging
@@ -41,13 +42,16 @@ from support.scrape import http_get
 from support.tools import REPO, require_compiled, require_tool
 
 
-def test_the_text_body_passes_promtool() -> None:
+@pytest.mark.parametrize("per_node", [True, False], ids=["histograms per node", "per kind"])
+def test_the_text_body_passes_promtool(per_node: bool) -> None:
     promtool = require_tool("promtool")
-    body = Renderer("1.2.3").render(snapshot(), 0).body
+    snap = dataclasses.replace(snapshot(requests=30), histograms_per_node=per_node)
+    body = Renderer("1.2.3").render(snap, 0).body
     done = subprocess.run(
         [promtool, "check", "metrics"], input=body, capture_output=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert (b'smllm_request_duration_seconds_count{kind="extraction",node=' in body) == per_node
 
 
 async def _get_all(

@@ -12,9 +12,11 @@ promtool.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import cast
 
+import pytest
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition, parser
@@ -34,6 +36,7 @@ from support.exposition import (
     snapshot,
     traffic,
 )
+from support.scrape import parse_metrics
 from support.settings import default_settings
 
 
@@ -172,3 +175,33 @@ def test_go_float_is_prometheus_clients() -> None:
         "-Inf",
         "NaN",
     ]
+
+
+def test_histograms_of_each_kind_only_add_the_nodes_up() -> None:
+    """With `histograms_per_node` off, each histogram has a series of each kind only: the
+    nodes' buckets and sums added up, as prometheus_client writes them; the counters stay per
+    node."""
+    acc, names = rich_accounting()
+    t = traffic(acc, names, random.Random(13), 400, START)
+    t = traffic(acc, names, random.Random(14), 0, t)
+    per_node = acc.snapshot()
+    snap = dataclasses.replace(per_node, histograms_per_node=False)
+    renderer = Renderer("1.2.3")
+    text = renderer.text(snap, 0)
+    assert text == reference(snap, 0)
+    assert renderer.openmetrics_text(snap, 0) + "# EOF\n" == reference(snap, 0, openmetrics=True)
+    by_node, by_kind = parse_metrics(renderer.text(per_node, 0)), parse_metrics(text)
+    for family in ("smllm_request_duration_seconds", "smllm_prompt_duration_seconds"):
+        for kind in per_node.kind_names:
+            for part in ("_count", "_sum"):
+                whole = [
+                    v
+                    for (name, labels), v in by_node.items()
+                    if name == family + part and ("kind", kind) in labels
+                ]
+                assert len(whole) == len(names)
+                assert by_kind[family + part, (("kind", kind),)] == pytest.approx(sum(whole))
+    assert not any(k[0].endswith("_bucket") and ("node", names[0]) in k[1] for k in by_kind)
+    assert sum(1 for k in by_node if k[0].startswith("smllm_requests_total")) == sum(
+        1 for k in by_kind if k[0].startswith("smllm_requests_total")
+    )
