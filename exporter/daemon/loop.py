@@ -20,7 +20,7 @@ from exporter.config.schema import Config
 from exporter.daemon.apply import Applier
 from exporter.daemon.core import Core
 from exporter.daemon.notify import Notifier
-from exporter.daemon.publish import Publisher
+from exporter.daemon.publish import Publisher, pace
 from exporter.daemon.reload import Reloads
 
 TURN_BUDGET_S = 0.2  # batches applied per ingest turn, at most this long
@@ -118,6 +118,7 @@ class IngestLoop:
         has just caught up (a backlog read) is shown at once, not a second on."""
         caught_up = self.applier.caught_up
         due = self.publish_seconds if not caught_up else self.caught_up_publish_seconds
+        due = pace(due, self.publisher.took_s)
         publishing = self._publishing
         if mono - self._last_publish >= due and (publishing is None or publishing.done()):
             self.applier.caught_up = False

@@ -46,6 +46,16 @@ View = tuple[
 
 
 PAGES_EVERY_S = 5.0  # a status page made less long ago is served on (it refreshes every 10 s)
+# Taking a checkpoint's state, its snapshot and the pages' view holds the event loop for a time
+# that grows with the fleet: the checkpoints are spaced so that it holds it at most 1/LOOP_PACE
+# of the time (a second apart at 200 nodes, a few at thousands).
+LOOP_PACE = 20.0
+
+
+def pace(due_s: float, took_s: float) -> float:
+    """The time between checkpoints: `due_s`, or longer when taking the last one's state held
+    the loop `took_s` (at most 1/LOOP_PACE of the loop's time goes to it)."""
+    return max(due_s, LOOP_PACE * took_s)
 
 
 def fresh_page(page: Page | None, make: Callable[[], bytes], content_type: str) -> Page:
@@ -81,6 +91,7 @@ class Publisher:
         self.publish_seconds = publish_seconds
         self.on_publish = on_publish
         self.checkpoint_errors = 0
+        self.took_s = 0.0  # how long taking the last checkpoint's state held the loop
         self.served: Snapshot = core.acc.snapshot()  # the last checkpointed snapshot
         self.served_view: View | None = None  # what the status pages showed with it
         self._failing = False
@@ -118,7 +129,9 @@ class Publisher:
 
     async def checkpoint_then_publish(self) -> None:
         """Scrapes only ever see values a checkpoint holds: write it, then publish them."""
+        began = time.monotonic()
         snapshot, state, view = self.core.acc.snapshot(), self.state(), self.view()
+        self.took_s = time.monotonic() - began
         try:
             await asyncio.to_thread(self._write, state, next(self._taken))
         except OSError as e:
