@@ -172,13 +172,32 @@ class Parser:
 
     def _remember_totals(self, out: list[Record]) -> None:
         """Keep the last RECENT_TOTALS timed requests (a draft line may follow one): the same
-        however the lines came in batches."""
-        newest: dict[tuple[int, int], int | None] = {}
-        for key, tokens in self._timed_newest_first(out):
-            if len(newest) == RECENT_TOTALS:
-                break
-            newest.setdefault(key, tokens)
-        self.recent_totals = dict(reversed(newest.items()))
+        however the lines came in batches. (Once a batch: a loop from its end, nothing more.)"""
+        found: list[tuple[tuple[int, int], int | None]] = []
+        keys: set[tuple[int, int]] = set()
+        model = self.model
+        for rec in reversed(out):
+            if (
+                type(rec) is Interval
+                and not rec[I_REASON]
+                and rec[I_MODEL] == model
+                and rec[I_SLOT] is not None
+                and rec[I_TASK] is not None
+            ):
+                key = (rec[I_SLOT], rec[I_TASK])
+                if key not in keys:
+                    keys.add(key)
+                    found.append((key, rec[I_TOKENS]))
+                    if len(keys) == RECENT_TOTALS:
+                        break
+        if not found:
+            return
+        totals = self.recent_totals
+        for key, tokens in reversed(found):  # (oldest first: the newest ends last)
+            totals.pop(key, None)
+            totals[key] = tokens
+        while len(totals) > RECENT_TOTALS:
+            del totals[next(iter(totals))]
 
     def _timed_newest_first(
         self, out: list[Record]
