@@ -5,9 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BASE   := $(VENV)/.base
 # Debian packages the tests start for real (chromium: the status page and the HTML report in a
-# headless browser), and the C compiler for exporter/compiled/_speedups.c; apt-installed when missing
-# and run as root.
-DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev python3-venv chromium faketime systemd-container man-db groff
+# headless browser; iproute2: a network namespace per uploading host for journal-remote), and the
+# C compiler for exporter/compiled/_speedups.c; apt-installed when missing and run as root.
+DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev python3-venv chromium faketime systemd-container man-db groff iproute2
 
 .PHONY: all venv deps test unit lint typecheck pytest run bench man screenshots clean
 
