@@ -13,34 +13,25 @@ from __future__ import annotations
 import re
 
 from exporter.parse.router import model_name
-from exporter.parse.tokens import MAX_TOKENS, ParseError
+from exporter.parse.tokens import (
+    JOINED_WORD,
+    MAX_TOKENS,
+    QUEUED_WORD,
+    WAITING_WORD,
+    ParseError,
+)
 
-# `server is entering sleeping state` / `server is exiting sleeping state` (the `srv` lines;
-# the queue's own `que start_loop: entering sleeping state` comes just before and is not read)
-SLEEP_WORD, WAKE_WORD = "server is entering sleeping state", "server is exiting sleeping state"
 # `slot print_timing: id  0 | task 2 | draft acceptance = 0.00758 (    1 accepted /   132
 # generated), mean len =  1.02`: the fifth line of a timing block
-DRAFT_WORD = "draft acceptance = "
 _DRAFT = re.compile(r"draft acceptance = \S+ \( *(\d{1,10}) accepted / *(\d{1,10}) generated\)")
 # `slot print_timing: id  0 | task 5 | n_gen =    400, tg = 812.55 t/s, tg_3s = 790.10 t/s`
-DECODE_WORD = "n_gen = "
 _DECODE = re.compile(r"n_gen = +\d{1,10}, tg = +\S+ t/s, tg_3s = +(\d{1,12})\.(\d\d) t/s")
 MAX_SPEED = 10**9  # hundredths of a token per second: beyond is a garbled line
 # the router's queue (server-models.cpp): a request that found no instance of its model, as
 # `request for name=X queued at position N`, `request for name=X joined the queue, N waiting`
 # (a request for a model already queued), then `waiting until model name=X is fully loaded...`
-QUEUED_WORD, JOINED_WORD, WAITING_WORD = (
-    " queued at position ",
-    " joined the queue, ",
-    "waiting until model name=",
-)
 _FOR_NAME, _LOADED = "request for name=", " is fully loaded..."
 QUEUED, JOINED, WAITING = "queued", "joined", "waiting"  # (what a queue line says)
-
-
-def sleeping(msg: str) -> bool:
-    """Is this the line of a server going to sleep (else: waking)?"""
-    return SLEEP_WORD in msg
 
 
 def draft(msg: str) -> tuple[int, int]:

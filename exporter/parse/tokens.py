@@ -87,6 +87,16 @@ _SEND_ERROR = re.compile(r"\bsend_error: task id = (\d+)")
 _UNIT_DOWN = ("Stopping ", "Stopped ", "Failed to start ")
 _UNIT_DOWN_IN = (": Deactivated successfully", ": Failed with result ", ": Main process exited")
 _UNIT_LINES = ("Started ", "Starting ", *_UNIT_DOWN)
+# the words of the lines parse.extras reads: the server's sleep (its `srv` lines; the queue's
+# `que start_loop: entering sleeping state` just before is not read), a timing block's draft
+# acceptance line, a long generation's n_gen line, the router's queue lines
+SLEEP_WORD, WAKE_WORD = "server is entering sleeping state", "server is exiting sleeping state"
+DRAFT_WORD, DECODE_WORD = "draft acceptance = ", "n_gen = "
+QUEUED_WORD, JOINED_WORD, WAITING_WORD = (
+    " queued at position ",
+    " joined the queue, ",
+    "waiting until model name=",
+)
 UNIT_STOPPING, UNIT_UP, UNIT_GONE, UNIT_STARTING = 0, 1, 2, 3  # (a UNIT token's count)
 
 
@@ -289,7 +299,7 @@ def _instance(msg: str) -> Token:
 
 def _sleep(msg: str) -> Token:
     """`server is entering sleeping state` (count 1) or `... exiting ...` (count 0)."""
-    return (SLEEP, None, None, clock(msg), 1 if "server is entering sleeping state" in msg else 0)
+    return (SLEEP, None, None, clock(msg), 1 if SLEEP_WORD in msg else 0)
 
 
 def _queue(msg: str) -> Token:
@@ -360,9 +370,9 @@ def classify(msg: str) -> str | None:
 def _timing_kind(msg: str) -> str:
     """A `print_timing` slot line with no time in it: a draft acceptance line, an n_gen line,
     or a timing block's header (the slot reader tells)."""
-    if "draft acceptance = " in msg:
+    if DRAFT_WORD in msg:
         return "draft"
-    if "n_gen = " in msg:
+    if DECODE_WORD in msg:
         return "decode"
     return "slot"
 
@@ -379,11 +389,11 @@ _BY_WORD = (
     (": initializing", "initializing"),
     ("spawning server instance", "instance"),
     ("exited with status", "instance"),
-    ("server is entering sleeping state", "sleep"),
-    ("server is exiting sleeping state", "sleep"),
-    (" queued at position ", "queue"),
-    (" joined the queue, ", "queue"),
-    ("waiting until model name=", "queue"),
+    (SLEEP_WORD, "sleep"),
+    (WAKE_WORD, "sleep"),
+    (QUEUED_WORD, "queue"),
+    (JOINED_WORD, "queue"),
+    (WAITING_WORD, "queue"),
 )
 
 
