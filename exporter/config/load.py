@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,14 @@ from exporter.config.values import (
 from exporter.parse.tokens import MAX_SLOTS
 from exporter.sources.inittimeline import InitTimelineNode
 from exporter.sources.kind import Needs, NodeEntry
-from exporter.sources.registry import ALL_SOURCES, ANY_NODE_KEY, KINDS, AnyNode, NodeConfig
+from exporter.sources.registry import (
+    ALL_SOURCES,
+    ANY_NODE_KEY,
+    KINDS,
+    AnyNode,
+    NodeConfig,
+    describe,
+)
 
 _POSITIVE = "must be a positive integer"
 _PATH = None  # (a setting's kind: a path, read by the checker with its environment)
@@ -173,11 +180,13 @@ def _nodes(
     timelines: list[InitTimelineNode] = []
     names: list[str] = []
     seen: set[str] = set()
+    claimed: dict[Hashable, str] = {}  # what a node reads that no other may, and which node
     for i, item in enumerate(value):
         name, node = _node(checker, f"nodes[{i}]", item, unit, available, seen)
         names.append(name)
         if name:
             seen.add(name)
+        _claim(checker, f"nodes[{i}]", node, claimed)
         if isinstance(node, InitTimelineNode):
             timelines.append(node)
         elif node is not None:
@@ -212,6 +221,19 @@ def _node(
     if name in seen:
         checker.problem(f"{path}.name", f"node {name!r} is defined twice")
     return name, kind.check(checker, path, NodeEntry(name, n, unit))
+
+
+def _claim(checker: Checker, path: str, node: AnyNode | None, claimed: dict[Hashable, str]) -> None:
+    """A problem when `node` reads what a node before it reads (one host of a collector's
+    directory twice would count its entries twice)."""
+    claims = None if node is None else KINDS[node.source].claims
+    if node is None or claims is None:
+        return
+    claim = claims(node)
+    if claim in claimed:
+        checker.problem(path, f"it reads what node {claimed[claim]!r} reads: {describe(node)}")
+    else:
+        claimed[claim] = node.name
 
 
 def _no_source(checker: Checker, item: Any, path: str, source: Any) -> None:

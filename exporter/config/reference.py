@@ -29,6 +29,7 @@ from exporter.parse.tokens import MAX_SLOTS
 from exporter.sources.file import FileNode
 from exporter.sources.inittimeline import InitTimelineNode
 from exporter.sources.journal import JournalNode
+from exporter.sources.remote import RemoteNode
 from exporter.sources.ssh import KNOWN_HOSTS_CREDENTIAL, SshNode
 
 
@@ -45,10 +46,11 @@ class Key:
 KINDS = "kinds[]."  # a rule of `kinds:`
 NODES = "nodes[]."  # a node of `nodes:`
 REQUIRED = "Required."  # how a required key's meaning starts
-EVERY_SOURCE = ("file", "journal", "ssh", "init-timeline")  # in a reader's order
+EVERY_SOURCE = ("file", "journal", "journal-remote", "ssh", "init-timeline")  # in a reader's order
 _NODE_CLASSES: dict[str, type[Any]] = {
     "file": FileNode,
     "journal": JournalNode,
+    "journal-remote": RemoteNode,
     "ssh": SshNode,
     "init-timeline": InitTimelineNode,
 }
@@ -195,8 +197,8 @@ _NODE: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "source",
         EVERY_SOURCE,
-        f"{REQUIRED} Where the node's entries come from: `file`, `journal`, `ssh` or "
-        "`init-timeline`.",
+        f"{REQUIRED} Where the node's entries come from: `file`, `journal`, `journal-remote`, "
+        "`ssh` or `init-timeline`.",
     ),
     (
         "path",
@@ -207,7 +209,7 @@ _NODE: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     (
         "unit",
-        ("journal", "ssh"),
+        ("journal", "journal-remote", "ssh"),
         "The llama-server unit the node's entries are matched on. Default: the top-level `unit`.",
     ),
     (
@@ -220,6 +222,17 @@ _NODE: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "files",
         ("journal",),
         "A list of `.journal` files to read. Give `directory` or `files`, not both.",
+    ),
+    (
+        "directory",
+        ("journal-remote",),
+        f"{REQUIRED} The output directory of the `systemd-journal-remote` collector that the "
+        "node uploads to. The nodes of one directory share one reader.",
+    ),
+    (
+        "host",
+        ("journal-remote",),
+        "The host name the node's entries carry (their `_HOSTNAME`). Default: the node's name.",
     ),
     ("host", ("ssh",), f"{REQUIRED} The node's host name or IP address."),
     ("port", ("ssh",), f"The node's SSH port, 1 to {MAX_PORT}."),

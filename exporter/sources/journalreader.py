@@ -15,7 +15,7 @@ import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 from systemd import journal
 
@@ -33,6 +33,36 @@ BATCH = 5000  # entries per batch at most
 # One compiled search for the parser's keywords: on a short MESSAGE it beats testing each.
 _KEYWORD = re.compile(b"|".join(map(re.escape, KEYWORDS))).search
 WAIT_US = SECOND  # how long one wait for new entries may block its thread
+
+
+JournalReader: TypeAlias = journal._Reader
+
+
+def open_matched(
+    unit: str,
+    *,
+    directory: Path | None = None,
+    files: tuple[Path, ...] = (),
+    host: str | None = None,
+) -> JournalReader:
+    """A Reader of `directory`, `files` or the local journal, matched on `unit` as `journalctl
+    -u` is (and on `host`'s `_HOSTNAME` if given); OSError when it cannot be opened."""
+    if directory is not None:
+        reader = journal._Reader(0, path=str(directory))
+    elif files:
+        reader = journal._Reader(0, files=[str(f) for f in files])
+    else:
+        reader = journal._Reader(journal.LOCAL_ONLY)
+    if host is not None:
+        reader.add_match(f"_HOSTNAME={host}".encode())
+        reader.add_conjunction()
+    # what `journalctl -u UNIT` shows: the unit's own lines, and systemd's about it
+    # (Started, Stopping, Failed with result ...: the parser's server state)
+    reader.add_match(f"_SYSTEMD_UNIT={unit}".encode())
+    reader.add_disjunction()
+    reader.add_match(f"UNIT={unit}".encode())
+    reader.add_match(b"_PID=1")
+    return reader
 
 
 class JournalSource:
@@ -56,7 +86,7 @@ class JournalSource:
         self.files = files
         self.batch = batch
         self._cursor = position
-        self._reader: journal._Reader | None = None
+        self._reader: JournalReader | None = None
         self._lock = threading.Lock()
         self._gap = False
         self._said_caught_up = False
@@ -91,24 +121,13 @@ class JournalSource:
 
     def open(self) -> None:
         try:
-            if self.directory is not None:
-                reader = journal._Reader(0, path=str(self.directory))
-            elif self.files:
-                reader = journal._Reader(0, files=[str(f) for f in self.files])
-            else:
-                reader = journal._Reader(journal.LOCAL_ONLY)
-            # what `journalctl -u UNIT` shows: the unit's own lines, and systemd's about it
-            # (Started, Stopping, Failed with result ...: the parser's server state)
-            reader.add_match(f"_SYSTEMD_UNIT={self.unit}".encode())
-            reader.add_disjunction()
-            reader.add_match(f"UNIT={self.unit}".encode())
-            reader.add_match(b"_PID=1")
+            reader = open_matched(self.unit, directory=self.directory, files=self.files)
         except OSError as e:
             raise SourceError(f"node {self.node}: cannot open {self._where()}: {e}") from e
         self._reader = reader
         self._seek(reader)
 
-    def _seek(self, reader: journal._Reader) -> None:
+    def _seek(self, reader: JournalReader) -> None:
         cursor = self._cursor
         if not cursor:
             reader.seek_realtime(self.since_us)

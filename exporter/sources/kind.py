@@ -10,7 +10,7 @@ Nothing here imports a reader: the config reads the records without asyncssh or 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -87,6 +87,8 @@ class SourceKind(Generic[N]):
     resumes: Callable[[N, str], bool] = always
     # the file descriptors a running source of it holds at most (its descriptor budget share)
     descriptors: int = 1
+    # what a node reads that no other node may read as well (None: nothing of the kind)
+    claims: Callable[[N], Hashable] | None = None
 
 
 def node_unit(checker: Checker, path: str, entry: NodeEntry) -> str:

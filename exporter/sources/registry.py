@@ -1,11 +1,12 @@
 """The source kinds in one table, and what the config, the daemon and the report ask of a node's.
 
-Every kind is one record (`kind.SourceKind`) in its own module: `file`, `journal`, `ssh` (the
-kinds whose journal is read, each offering `follow` for the daemon: Batches until cancelled,
-resuming from a position, and `window(since, until)` for the report, over the same line layer)
-and `init-timeline` (only shown). This is the only place that switches on a node's kind. A
-kind's reader module is imported by name when a node of that kind is read, so the config loads
-without systemd-python or asyncssh, and an `ssh` node never needs systemd-python.
+Every kind is one record (`kind.SourceKind`) in its own module: `file`, `journal`,
+`journal-remote`, `ssh` (the kinds whose journal is read, each offering `follow` for the
+daemon: Batches until cancelled, resuming from a position, and `window(since, until)` for the
+report, over the same line layer) and `init-timeline` (only shown). This is the only place
+that switches on a node's kind. A kind's reader module is imported by name when a node of that
+kind is read, so the config loads without systemd-python or asyncssh, and an `ssh` node never
+needs systemd-python.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, cast
 
 from exporter.base.records import Batch
-from exporter.sources import file, inittimeline, journal, ssh
+from exporter.sources import file, inittimeline, journal, remote, ssh
 from exporter.sources.base import Progress, Reader, Source, SourceError
 from exporter.sources.file import FileNode
 from exporter.sources.inittimeline import InitTimelineNode
 from exporter.sources.journal import JournalNode
 from exporter.sources.kind import Named, SourceKind
+from exporter.sources.remote import RemoteNode
 from exporter.sources.ssh import SshNode
 
 KINDS: dict[str, SourceKind[Any]] = {
-    k.source: k for k in (file.KIND, journal.KIND, ssh.KIND, inittimeline.KIND)
+    k.source: k for k in (file.KIND, journal.KIND, remote.KIND, ssh.KIND, inittimeline.KIND)
 }
-NodeConfig = FileNode | JournalNode | SshNode  # a node whose journal is read
+NodeConfig = FileNode | JournalNode | RemoteNode | SshNode  # a node whose journal is read
 AnyNode = NodeConfig | InitTimelineNode
 
 NODE_KEYS = {source: kind.keys for source, kind in KINDS.items()}

@@ -261,7 +261,7 @@ def test_a_node_without_a_source_says_so_and_names_its_unknown_keys() -> None:
         parse(text, "c.yaml", {})
     assert e.value.problems == [
         "c.yaml:2: nodes[0].colour: unknown key 'colour'",
-        "c.yaml:2: nodes[0]: a node needs a source: one of file, journal, ssh, init-timeline",
+        "c.yaml:2: nodes[0]: a node needs a source: one of file, journal, journal-remote, ssh, init-timeline",
     ]
 
 
@@ -271,7 +271,7 @@ def test_a_bad_source_is_named_with_the_node_s_unknown_keys() -> None:
         parse(text, "c.yaml", {})
     assert e.value.problems == [
         "c.yaml:2: nodes[0].colour: unknown key 'colour'",
-        "c.yaml:2: nodes[0].source: must be one of file, journal, ssh, init-timeline, got "
+        "c.yaml:2: nodes[0].source: must be one of file, journal, journal-remote, ssh, init-timeline, got "
         "'fiel' (did you mean 'file'?)",
     ]
 

@@ -94,7 +94,7 @@ MANY_PROBLEMS = [
     "cfg.yaml:7: password: secrets are never inline: use password_file or password_env (a key's passphrase: passphrase_file or passphrase_env)",
     "cfg.yaml:9: kinds[0].name: must be a lower-case name (a-z, 0-9, _), not idle or unknown, got 'idle'",
     "cfg.yaml:10: kinds[1]: min_tokens 10 is above max_tokens 5",
-    "cfg.yaml:12: nodes[0].source: must be one of file, journal, ssh, init-timeline, got 'jornal' (did you mean 'journal'?)",
+    "cfg.yaml:12: nodes[0].source: must be one of file, journal, journal-remote, ssh, init-timeline, got 'jornal' (did you mean 'journal'?)",
     "cfg.yaml:13: nodes[1]: give password_file or password_env, not both",
     "cfg.yaml:13: nodes[1].port: must be a port 1..65535, got 0",
     "cfg.yaml:14: nodes[2].name: node 'b' is defined twice",

@@ -57,6 +57,7 @@ LEVELS: list[set[str]] = [
     {
         "exporter.sources.file",
         "exporter.sources.journal",
+        "exporter.sources.remote",
         "exporter.sources.ssh",
         "exporter.sources.inittimeline",
     },
@@ -71,8 +72,8 @@ LEVELS: list[set[str]] = [
         "exporter.sources.journalreader",
         "exporter.sources.sshconnect",
     },
-    {"exporter.sources.sshstream"},
-    {"exporter.sources.sshreader"},
+    {"exporter.sources.sshstream", "exporter.sources.remotefiles"},
+    {"exporter.sources.sshreader", "exporter.sources.remotereader"},
     {
         "exporter.ingest.step",
         "exporter.ingest.settings",
@@ -286,7 +287,7 @@ def test_no_private_name_is_used_outside_its_module(path: Path) -> None:
 # reader base class and its unconverted reads, the environment's mapping type.
 FOREIGN_PRIVATE = {
     *("_replace", "_fields", "_asdict", "_make"),
-    *("_Reader", "_get", "_next", "_get_realtime", "_get_cursor"),
+    *("_Reader", "_get", "_next", "_get_realtime", "_get_cursor", "_get_monotonic"),
     "_Environ",
 }
 

@@ -139,6 +139,7 @@ def test_check_config_from_a_shell_reads_credentials_as_the_service_will(
 NODE_OF = {
     "file": "{name: a, source: file, path: /etc/passwd}",  # (any regular file)
     "journal": "{name: a, source: journal}",
+    "journal-remote": "{name: a, source: journal-remote, directory: /tmp}",
     "ssh": "{name: a, source: ssh, host: h, known_hosts: /etc/passwd}",  # (any regular file)
     "init-timeline": "{name: a, source: init-timeline, path: /tmp}",
 }

@@ -74,7 +74,7 @@ def test_yaml_syntax_error_names_its_line(text: str, line: int | tuple[int, ...]
             y("nodes:", "  - {name: a, source: [file]}"),
             [
                 re.escape(
-                    "cfg.yaml:2: nodes[0].source: must be one of file, journal, ssh, init-timeline"
+                    "cfg.yaml:2: nodes[0].source: must be one of file, journal, journal-remote, ssh, init-timeline"
                 )
                 + ".*"
             ],

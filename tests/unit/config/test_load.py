@@ -181,20 +181,20 @@ BAD: list[tuple[str, str, list[str]]] = [
         "source-near-miss",
         y("nodes:", "  - name: a", "    source: jornal"),
         [
-            "cfg.yaml:3: nodes[0].source: must be one of file, journal, ssh, init-timeline, got 'jornal' (did you mean 'journal'?)"
+            "cfg.yaml:3: nodes[0].source: must be one of file, journal, journal-remote, ssh, init-timeline, got 'jornal' (did you mean 'journal'?)"
         ],
     ),
     (
         "source-no-near-miss",
         y("nodes:", "  - {name: a, source: docker}"),
         [
-            "cfg.yaml:2: nodes[0].source: must be one of file, journal, ssh, init-timeline, got 'docker'"
+            "cfg.yaml:2: nodes[0].source: must be one of file, journal, journal-remote, ssh, init-timeline, got 'docker'"
         ],
     ),
     (
         "source-missing",
         y("nodes:", "  - {name: a, path: /x}"),
-        ["cfg.yaml:2: nodes[0]: a node needs a source: one of file, journal, ssh, init-timeline"],
+        ["cfg.yaml:2: nodes[0]: a node needs a source: one of file, journal, journal-remote, ssh, init-timeline"],
     ),
     (
         "file-node-without-path",

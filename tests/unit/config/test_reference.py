@@ -20,6 +20,7 @@ from exporter.config.schema import DEFAULTS, KIND_KEYS, TOP_KEYS, Config
 from exporter.sources.file import FileNode
 from exporter.sources.inittimeline import InitTimelineNode
 from exporter.sources.journal import JournalNode
+from exporter.sources.remote import RemoteNode
 from exporter.sources.registry import ALL_SOURCES, NODE_KEYS
 from exporter.sources.ssh import SshNode
 
@@ -35,6 +36,7 @@ END = "<!-- end generated -->"
 NODE_CLASSES: dict[str, type[Any]] = {
     "file": FileNode,
     "journal": JournalNode,
+    "journal-remote": RemoteNode,
     "ssh": SshNode,
     "init-timeline": InitTimelineNode,
 }
@@ -42,6 +44,7 @@ NODE_CLASSES: dict[str, type[Any]] = {
 NODE_BASE = {
     "file": "{name: a, source: file, path: /x}",
     "journal": "{name: a, source: journal}",
+    "journal-remote": "{name: a, source: journal-remote, directory: /x}",
     "ssh": "{name: a, source: ssh, host: h}",
     "init-timeline": "{name: a, source: init-timeline, path: /x}",
 }

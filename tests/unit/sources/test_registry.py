@@ -25,7 +25,7 @@ from exporter.sources.ssh import SshNode
 
 
 def test_each_kind_is_one_record_named_by_its_source() -> None:
-    assert sorted(KINDS) == ["file", "init-timeline", "journal", "ssh"]
+    assert sorted(KINDS) == ["file", "init-timeline", "journal", "journal-remote", "ssh"]
     for source, kind in KINDS.items():
         assert kind.source == source
         assert dataclasses.is_dataclass(kind.node)

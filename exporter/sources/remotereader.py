@@ -1,0 +1,348 @@
+"""Reads `journal-remote` nodes: one reader per collector directory, each entry to its host's node.
+
+The nodes of one directory and unit share a `Collector`: it reads the directory's files
+(`sources/remotefiles.py`, each file in its own order), matched on the unit as `journalctl -u`
+would be. Each entry goes to the node whose host is its `_HOSTNAME`; an entry of a host no node
+reads is skipped (and that host logged once).
+
+Every node keeps its own place: the collector's cursor of its last entry. Within one output
+file the cursor's seqnum orders entries exactly; an entry of another file (the host came from a
+new address) is placed by its time. A node that joins late makes the files be read again from
+its place; the other nodes skip what they had. journal-upload sends the entry at its saved
+cursor again after a restart, and journal-remote stores it twice: an entry already seen (its
+boot ID, monotonic and wall-clock times and its MESSAGE) is dropped.
+
+No task of its own reads: the first node's task reads for all, hands each node's Batches to its
+inbox (the node's task puts them on the daemon's queue), and when that task ends, the next node
+takes over. The files are read in one worker thread at a time, so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.base.records import Batch, LogLine
+from exporter.base.times import fits
+from exporter.parse.tokens import KEYWORDS
+from exporter.sources.base import Progress, SourceError
+from exporter.sources.remote import RemoteNode
+from exporter.sources.remotefiles import Files
+
+log = logging.getLogger(__name__)
+
+BATCH = 5000  # entries per step at most
+POLL_S = 0.5  # how long the reader rests, once every file was read to its end
+RECENT = 256  # entries remembered per host, to drop one stored twice
+UNKNOWN_LOGGED = 1024  # hosts no node reads, logged once each, at most this many
+_KEYWORD = re.compile(b"|".join(map(re.escape, KEYWORDS))).search
+_CURSOR_FIELD = re.compile(r"(?:^|;)([sit])=([0-9a-fA-F]+)")
+
+# an entry's monotonic time, boot ID, wall-clock time and a hash of its MESSAGE (entries of one
+# time are common: a timing block's lines come in one write)
+Key = tuple[int, bytes, int, int]
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a host's entries read so far end: the last one's file (seqnum ID), seqnum, time."""
+
+    seqnum_id: str
+    seqnum: int
+    time_us: int
+
+    @classmethod
+    def of(cls, cursor: str) -> Place | None:
+        """The place a journal cursor names; None when it is not one."""
+        fields = dict(_CURSOR_FIELD.findall(cursor))
+        if len(fields) != 3:
+            return None
+        return cls(fields["s"], int(fields["i"], 16), int(fields["t"], 16))
+
+
+class Host:
+    """One node reading its host's entries: its place, the entries it saw last, its inbox."""
+
+    def __init__(self, node: str, host: str, since_us: int, position: str) -> None:
+        self.node = node
+        self.host = host
+        self.place = Place.of(position)
+        self.since_us = since_us if self.place is None else self.place.time_us
+        self.cursor = position
+        self._recent: deque[Key] = deque()
+        self._seen: set[Key] = set()
+        self.said_caught_up = False
+        self.active = True
+        # Batches for this node's task to hand on; None: the reader is free, take it over
+        self.inbox: asyncio.Queue[Batch | None] = asyncio.Queue()
+        # what one step gathered
+        self.lines: list[LogLine] = []
+        self.entries = 0
+        self.newest_us: int | None = None
+
+    def takes(self, seqnum_id: str, seqnum: int, time_us: int, key: Key) -> bool:
+        """Is this entry new to the node (not before its place, not one seen already)? It is
+        remembered either way."""
+        if key in self._seen:
+            return False
+        self._recent.append(key)
+        self._seen.add(key)
+        if len(self._recent) > RECENT:
+            self._seen.discard(self._recent.popleft())
+        place = self.place
+        if place is None:
+            new = time_us >= self.since_us
+        elif seqnum_id == place.seqnum_id:
+            new = seqnum > place.seqnum
+        else:
+            new = time_us > place.time_us
+        if new:
+            self.place = Place(seqnum_id, seqnum, time_us)
+        return new
+
+    def batch(self, caught_up: bool) -> Batch | None:
+        """What this step gathered, as a Batch (None when there is nothing to say)."""
+        if not self.entries and (self.said_caught_up or not caught_up):
+            return None
+        self.said_caught_up = caught_up
+        batch = Batch(
+            self.node,
+            tuple(self.lines),
+            entries=self.entries,
+            newest_us=self.newest_us,
+            position=self.cursor,
+            caught_up=caught_up,
+        )
+        self.lines, self.entries, self.newest_us = [], 0, None
+        return batch
+
+
+# what one step of the reader made: each node's Batch, and whether the end was reached
+Step = tuple[list[tuple["Host", Batch]], bool]
+
+
+class Collector:
+    """One directory's reader, shared by the nodes of its hosts (see the module docstring)."""
+
+    def __init__(self, directory: Path, unit: str, only: str | None = None) -> None:
+        self.directory = directory
+        self.unit = unit
+        self.only = only  # a host matched in the journal itself (a report's one node)
+        self.hosts: dict[str, Host] = {}
+        self.runner: Host | None = None
+        self.drained = asyncio.Event()  # a node's task took a Batch from its inbox
+        self._files: Files | None = None
+        self._since_us: int | None = None  # where a file opened from now on is read from
+        self._lock = threading.Lock()  # the files: one thread at a time
+        self._seek_lock = threading.Lock()
+        self._seek_us: int | None = None  # where a node that joined needs the reader back
+        self._pending: Step | None = None
+        self._unknown: set[bytes] = set()
+
+    def join(self, host: Host) -> None:
+        """Hand `host`'s entries to it from its place on (the reader seeks back if need be)."""
+        self.hosts[host.host] = host
+        with self._seek_lock:
+            self._seek_us = (
+                host.since_us if self._seek_us is None else min(self._seek_us, host.since_us)
+            )
+
+    def leave(self, host: Host) -> None:
+        host.active = False
+        if self.hosts.get(host.host) is host:
+            del self.hosts[host.host]
+
+    async def read(self, me: Host, out: asyncio.Queue[Batch]) -> None:
+        """Read for every node until cancelled (or the reader fails: SourceError), as `me`'s task;
+        then the next node's task takes over."""
+        self.runner = me
+        try:
+            while True:
+                gathered, caught_up = await asyncio.to_thread(self._step)
+                self._pending = None  # (taken: a runner cancelled before this leaves it)
+                own: list[Batch] = []
+                for host, batch in gathered:
+                    if host is me:
+                        own.append(batch)
+                    elif host.active:
+                        host.inbox.put_nowait(batch)
+                for batch in own:
+                    await out.put(batch)
+                await self._room()
+                if caught_up:
+                    await asyncio.sleep(POLL_S)
+        finally:
+            self.runner = None
+            for host in self.hosts.values():
+                host.inbox.put_nowait(None)
+
+    async def _room(self) -> None:
+        """Wait until no node's task has more than one Batch waiting to be handed on."""
+        while any(h.inbox.qsize() > 1 for h in self.hosts.values()):
+            self.drained.clear()
+            await self.drained.wait()
+
+    def _step(self) -> Step:
+        """Read up to BATCH entries (blocking: in a worker thread), each to its host's node:
+        the Batches made, and whether the end was reached. A step a cancelled reader's task
+        took is handed to the next first."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = self._read()
+            return self._pending
+
+    def _read(self) -> Step:
+        files = self._files
+        with self._seek_lock:
+            seek, self._seek_us = self._seek_us, None
+        if seek is not None:
+            self._since_us = seek if self._since_us is None else min(self._since_us, seek)
+        if files is None:
+            files = self._files = Files(self.directory, self.unit, self.only)
+        elif seek is not None:
+            files.seek(seek)
+        files.scan(self._since_us or 0)
+        hosts = dict(self.hosts)  # (nodes that join meanwhile wait for the next step)
+        self._entries(files, {h.encode(): host for h, host in hosts.items()})
+        caught_up = files.exhausted
+        out: list[tuple[Host, Batch]] = []
+        for host in hosts.values():
+            batch = host.batch(caught_up)
+            if batch is not None:
+                out.append((host, batch))
+        return out, caught_up
+
+    def _entries(self, files: Files, hosts: dict[bytes, Host]) -> None:
+        """Read up to BATCH entries into their hosts' gathered lines."""
+        for reader in files.entries(BATCH):
+            get, realtime = reader._get, reader._get_realtime
+            try:
+                name = get("_HOSTNAME")
+            except KeyError:
+                continue
+            host = hosts.get(name)
+            if host is None:
+                self._unheard(name)
+                continue
+            t = realtime()
+            mono, boot = reader._get_monotonic()
+            try:
+                raw = get("MESSAGE")
+            except KeyError:
+                raw = b""
+            cursor = reader._get_cursor()
+            place = Place.of(cursor)
+            key = (mono, boot, t, hash(raw))
+            if place is None or not host.takes(place.seqnum_id, place.seqnum, t, key):
+                continue
+            host.entries += 1
+            host.cursor = cursor
+            if not fits(t):  # a clock far off, a corrupt entry: its line is a parse error
+                host.lines.append(LogLine(host.node, t, "", 0, "journal time out of range"))
+                continue
+            host.newest_us = t
+            if _KEYWORD(raw):
+                host.lines.append(_line(get, raw, host.node, t))
+
+    def _unheard(self, name: bytes) -> None:
+        """Say once that `name`'s entries are in the directory but no node reads them."""
+        if name in self._unknown or len(self._unknown) >= UNKNOWN_LOGGED:
+            return
+        self._unknown.add(name)
+        log.info(
+            "journal-remote %s: host %s is there, but no node reads it",
+            self.directory,
+            name.decode("utf-8", "replace"),
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._files is not None:
+                self._files.close()
+                self._files = None
+
+
+def _line(get: Callable[[str], bytes], raw: bytes, node: str, time_us: int) -> LogLine:
+    """The entry's LogLine (`raw`: its MESSAGE, which may matter to the parser)."""
+    try:
+        pid = int(get("_PID"))
+    except (KeyError, ValueError):
+        pid = 0
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return LogLine(node, time_us, "", pid, text)
+
+
+# the collectors of the running event loop, by directory and unit
+_COLLECTORS: dict[tuple[asyncio.AbstractEventLoop, str, str], Collector] = {}
+
+
+class RemoteSource:
+    """One node of a collector's directory, followed: its entries come from the directory's one
+    reader (which this node's task runs while it is the first); `run` hands Batches to a queue
+    until cancelled."""
+
+    def __init__(self, node: RemoteNode, since_us: int, position: str) -> None:
+        self.config = node
+        self.since_us = since_us
+        self.position = position
+
+    async def run(self, out: asyncio.Queue[Batch]) -> None:
+        node = self.config
+        key = (asyncio.get_running_loop(), str(node.directory), node.unit)
+        collector = _COLLECTORS.get(key)
+        if collector is None:
+            collector = _COLLECTORS[key] = Collector(node.directory, node.unit)
+        me = Host(node.name, node.host, self.since_us, self.position)
+        collector.join(me)
+        try:
+            while True:
+                if collector.runner is None:
+                    await collector.read(me, out)
+                item = await me.inbox.get()
+                collector.drained.set()
+                if item is not None:
+                    await out.put(item)
+        except SourceError as e:
+            raise SourceError(f"node {node.name}: {e}") from e
+        finally:
+            collector.leave(me)
+            if not collector.hosts and _COLLECTORS.get(key) is collector:
+                del _COLLECTORS[key]
+                await asyncio.to_thread(collector.close)
+
+
+def follow(node: RemoteNode, since_us: int, position: str) -> RemoteSource:
+    """The daemon's source for a journal-remote node, from `position` (or `since_us`)."""
+    return RemoteSource(node, since_us, position)
+
+
+async def window(
+    node: RemoteNode, since_us: int, until_us: int, progress: Progress | None = None
+) -> AsyncIterator[Batch]:
+    """The node's entries from `since_us` to `until_us` that may matter, for a report: its host
+    matched in the journal itself, read in a worker thread. (`progress` is for streams that
+    take long to come: the directory is read at once.)"""
+    collector = Collector(node.directory, node.unit, only=node.host)
+    me = Host(node.name, node.host, since_us, "")
+    collector.join(me)
+    try:
+        while True:
+            try:
+                gathered, end = await asyncio.to_thread(collector._step)
+            except SourceError as e:
+                raise SourceError(f"node {node.name}: {e}") from e
+            collector._pending = None
+            for _, batch in gathered:
+                yield batch
+                if batch.newest_us is not None and batch.newest_us > until_us:
+                    end = True
+            if end:
+                return
+    finally:
+        await asyncio.to_thread(collector.close)
