@@ -68,9 +68,9 @@ KIND = SourceKind(
     paths,
     describe,
     reader="exporter.sources.remotereader",
-    # The nodes of a directory share its one reader, which holds up to 32 descriptors (one per
-    # journal file) within the reserve: a node holds none of its own.
-    descriptors=0,
+    # the nodes of a directory share its one reader, which holds a descriptor for each journal
+    # file there: a host's file
+    descriptors=1,
     claims=claims,
     needs=Needs(
         "systemd",
