@@ -21,12 +21,12 @@ tracker's own fields are checked as it reads them (`Tracker.from_state`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from operator import attrgetter
 from typing import Any
 
 from exporter.accounting.accounting import Accounting
-from exporter.accounting.figures import KindCounters, model_figures
+from exporter.accounting.figures import KindCounters, NodeState, model_figures
 from exporter.base.records import CANCELLED, ERROR_REASON, REASONS
 from exporter.base.times import fits
 from exporter.checkpoint.shapes import (
@@ -103,9 +103,40 @@ def state(
     """Everything a daemon resumes from, as fresh JSON-ready values: nothing in it is shared
     with what goes on changing, so it can be encoded in a worker thread. `sources`: the kind
     of source each position is of."""
+    steps = state_in_steps(acc, parsers, positions, sources, checkpoint_errors, written_at_us)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+STEP_NODES = 100  # nodes taken between two pauses of `state_in_steps`
+
+
+def state_in_steps(
+    acc: Accounting,
+    parsers: Mapping[str, Parser],
+    positions: Mapping[str, str],
+    sources: Mapping[str, str],
+    checkpoint_errors: int,
+    written_at_us: int,
+) -> Generator[None, None, dict[str, Any]]:
+    """`state`, taken STEP_NODES nodes at a time: it yields between steps (the caller lets
+    other work run there, none of it changing what is taken) and returns the state."""
+    accounting = state_of(acc, nodes={})
+    for i, (name, ns) in enumerate(acc.nodes.items(), 1):
+        accounting["nodes"][name] = _node_state(ns)
+        if i % STEP_NODES == 0:
+            yield
+    taken: dict[str, Any] = {}
+    for i, (name, p) in enumerate(parsers.items(), 1):
+        taken[name] = parser_state(p)
+        if i % STEP_NODES == 0:
+            yield
     return {
-        "accounting": state_of(acc),
-        "parsers": {n: parser_state(p) for n, p in parsers.items()},
+        "accounting": accounting,
+        "parsers": taken,
         "positions": dict(positions),
         "sources": dict(sources),
         "checkpoint_errors": checkpoint_errors,
@@ -118,9 +149,10 @@ def encode(values: Mapping[str, Any]) -> bytes:
     return json.dumps({"format": VERSION, **values}, separators=(",", ":")).encode()
 
 
-def state_of(acc: Accounting) -> dict[str, Any]:
+def state_of(acc: Accounting, nodes: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every number `acc` holds (not what its sources are doing now), as JSON-ready values,
-    fresh: nothing in them changes with `acc` after (they may be encoded in another thread)."""
+    fresh: nothing in them changes with `acc` after (they may be encoded in another thread).
+    `nodes`: the nodes' part, when the caller takes it itself (`state_in_steps`)."""
     kinds_by_bit = {1 << i: k for i, k in enumerate(sorted(acc.kind_names))}
     kinds_by_bit[0] = ""  # (an occupancy without timing)
     return {
@@ -133,23 +165,27 @@ def state_of(acc: Accounting) -> dict[str, Any]:
         "concurrency_us": list(acc.concurrency_us),
         "mix_us": dict(acc.mix_us),
         "pending": [[s, e, acc.node_names[n], kinds_by_bit[bit]] for s, e, n, bit in acc.pending],
-        "nodes": {
-            name: {
-                **dict(zip(NODE_COUNTERS, _node_counters(ns), strict=True)),
-                "start_lines": ns.start_lines,
-                "in_flight": [[*key, t] for key, t in ns.in_flight.items()],
-                "untimed": {r: list(v) for r, v in ns.untimed.items()},
-                "slots": ns.slots,
-                "server_up": ns.server_up,
-                "models": {m: list(v) for m, v in ns.models.items()},
-                "startups": ns.startups.state(),
-                "asleep_since_us": ns.asleep_since_us,
-                "asleep_us": ns.asleep_us,
-                "queues": {m: list(v) for m, v in ns.queues.items()},
-                "kinds": {k: _kind_row(c) for k, c in ns.kinds.items()},
-            }
-            for name, ns in acc.nodes.items()
-        },
+        "nodes": (
+            {name: _node_state(ns) for name, ns in acc.nodes.items()} if nodes is None else nodes
+        ),
+    }
+
+
+def _node_state(ns: NodeState) -> dict[str, Any]:
+    """One node's numbers in the accounting, as saved."""
+    return {
+        **dict(zip(NODE_COUNTERS, _node_counters(ns), strict=True)),
+        "start_lines": ns.start_lines,
+        "in_flight": [[*key, t] for key, t in ns.in_flight.items()],
+        "untimed": {r: list(v) for r, v in ns.untimed.items()},
+        "slots": ns.slots,
+        "server_up": ns.server_up,
+        "models": {m: list(v) for m, v in ns.models.items()},
+        "startups": ns.startups.state(),
+        "asleep_since_us": ns.asleep_since_us,
+        "asleep_us": ns.asleep_us,
+        "queues": {m: list(v) for m, v in ns.queues.items()},
+        "kinds": {k: _kind_row(c) for k, c in ns.kinds.items()},
     }
 
 

@@ -95,7 +95,9 @@ class Daemon:
             on_publish=self._notify,
         )
         self.applier = Applier(self.core, quiet_unit_seconds)
-        self.reloads = Reloads(reloader, self.notifier, self.status, reload_deadline_seconds)
+        self.reloads = Reloads(
+            reloader, self.notifier, self.status, reload_deadline_seconds, self.publisher.free
+        )
         self._ingest: IngestLoop | None = None
 
     # -- what the tests and the status read ---------------------------------------------------

@@ -24,7 +24,7 @@ from exporter.checkpoint import codec
 from exporter.checkpoint.store import Checkpoint
 from exporter.daemon.core import Core
 from exporter.daemon.logger import log
-from exporter.daemon.resume import state_values
+from exporter.daemon.resume import state_steps, state_values
 from exporter.exposition.published import Published
 from exporter.exposition.render import Renderer
 from exporter.web import status_api, status_page, status_timeline
@@ -101,6 +101,9 @@ class Publisher:
         self._taken = itertools.count(1)
         self._written = 0
         self._write_lock = threading.Lock()
+        # clear while a checkpoint's state is being taken: the ingest loop waits for it
+        self.free = asyncio.Event()
+        self.free.set()
 
     def state(self) -> dict[str, Any]:
         """Everything to resume from, as fresh JSON-ready values (see `resume.state_values`)."""
@@ -127,10 +130,28 @@ class Publisher:
                 self.checkpoint.write(data)
                 self._written = taken
 
+    async def taken(self) -> tuple[Snapshot, dict[str, Any], View]:
+        """The snapshot, the state and the view, taken together while the ingest loop waits
+        (`free`): the state a few nodes at a time, the loop free for scrapes between them."""
+        self.free.clear()
+        try:
+            snapshot = self.core.acc.snapshot()
+            steps = state_steps(self.core, self.checkpoint_errors)
+            while True:
+                await asyncio.sleep(0)
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    state: dict[str, Any] = done.value
+                    break
+            return snapshot, state, self.view()
+        finally:
+            self.free.set()
+
     async def checkpoint_then_publish(self) -> None:
         """Scrapes only ever see values a checkpoint holds: write it, then publish them."""
         began = time.monotonic()
-        snapshot, state, view = self.core.acc.snapshot(), self.state(), self.view()
+        snapshot, state, view = await self.taken()
         self.took_s = time.monotonic() - began
         try:
             await asyncio.to_thread(self._write, state, next(self._taken))

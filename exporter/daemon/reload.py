@@ -33,8 +33,11 @@ class Reloads:
         notifier: Notifier,
         status: Callable[[], str],
         deadline_s: float = RELOAD_DEADLINE_S,
+        free: asyncio.Event | None = None,
     ) -> None:
         self.read = read
+        # set when the daemon's state may change (clear while a checkpoint's state is taken)
+        self.free = free
         self.notifier = notifier
         self.status = status
         self.deadline_s = deadline_s
@@ -86,6 +89,8 @@ class Reloads:
                 lines = logs.LINES if isinstance(e, ConfigError) else None
                 log.error("reload refused, the config in force stays: %s", e, extra=lines)
                 return
+            if self.free is not None:
+                await self.free.wait()
             take(new)
         finally:  # (READY=1 even while a node it added has not started: it is running)
             self.notifier.reloaded(self.status())

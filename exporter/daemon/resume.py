@@ -8,10 +8,12 @@ is unreadable or does not fit is set aside, never fatal: every node starts from 
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
+from exporter.accounting.accounting import Accounting
 from exporter.base.times import iso
-from exporter.checkpoint.codec import load, restore, state
+from exporter.checkpoint.codec import load, restore, state, state_in_steps
 from exporter.checkpoint.store import Checkpoint, CheckpointError
 from exporter.daemon.core import Core, accounting_for
 from exporter.daemon.logger import log
@@ -22,8 +24,19 @@ from exporter.parse.parser import Parser
 def state_values(core: Core, checkpoint_errors: int) -> dict[str, Any]:
     """Everything to resume from, as fresh JSON-ready values: nothing in it is shared with
     what the loop goes on changing, so it can be encoded in a worker thread."""
+    return state(*_what_is_saved(core, checkpoint_errors))
+
+
+def state_steps(core: Core, checkpoint_errors: int) -> Generator[None, None, dict[str, Any]]:
+    """`state_values`, taken a few nodes at a time (`codec.state_in_steps`)."""
+    return state_in_steps(*_what_is_saved(core, checkpoint_errors))
+
+
+def _what_is_saved(
+    core: Core, checkpoint_errors: int
+) -> tuple[Accounting, dict[str, Parser], dict[str, str], dict[str, str], int, int]:
     nodes = core.nodes.values()
-    return state(
+    return (
         core.acc,
         {n.name: n.parser for n in nodes},
         {n.name: n.position for n in nodes},

@@ -282,6 +282,11 @@ def _line(get: Callable[[str], bytes], raw: bytes, node: str, time_us: int) -> L
 _COLLECTORS: dict[tuple[asyncio.AbstractEventLoop, str, str], Collector] = {}
 
 
+def collectors() -> list[Collector]:
+    """The collectors reading now, of every event loop."""
+    return list(_COLLECTORS.values())
+
+
 class RemoteSource:
     """One node of a collector's directory, followed: its entries come from the directory's one
     reader (which this node's task runs while it is the first); `run` hands Batches to a queue
