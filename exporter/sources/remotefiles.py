@@ -3,9 +3,21 @@
 One systemd-python Reader over a whole directory merges its files by time and never goes back:
 entries that reach one host's file after newer ones were read from another would be passed
 over. So every file has a Reader of its own, matched on the unit, and each is read to its end
-in turn. The directory is looked at on every step: a new file (a new host, or a file the
+in turn, the file whose first entry is oldest first (a host that moved: its old address's file,
+then its new one's). The directory is looked at on every step: a new file (a new host, or a file the
 collector started after rotating one) is opened, a file gone (vacuumed) is closed, and an
 archived file (its name holds `@`) is closed once read to its end: it never changes again.
+
+Where a file is read from is a `Plan`'s: the first entry a node has not read there, by seqnum
+when the node has read from that file before (exact, whatever the times), by time otherwise. A
+file is only ever sought back, never forward: what a node has not read yet is never passed.
+(Hosts behind one address share a file, and a host whose upload lags puts older times after
+newer ones: there a seek by time is approximate. Only a node without a place in that file, one
+new to it, seeks so.)
+
+A Reader maps the parts of its file it has read, and keeps them mapped (up to 512 MiB): the
+file's pages then count in the exporter's resident memory, growing as the file does. So a file
+read to its end is opened again at its last entry every REMAP_S, which lets them go.
 Blocking throughout: used from one worker thread at a time.
 """
 
@@ -13,8 +25,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,15 +38,67 @@ from exporter.sources.journalreader import JournalReader, open_matched
 log = logging.getLogger(__name__)
 
 FileKey = tuple[int, int]  # a file's device and inode: the same file, whatever its name
+REMAP_S = 10.0  # a file read to its end is opened again this often (see the module docstring)
+_CURSOR_FIELD = re.compile(r"(?:^|;)([sit])=([0-9a-fA-F]+)")
+
+
+@dataclass(frozen=True)
+class Place:
+    """An entry of one file: the file's seqnum ID, the entry's seqnum there, and its time."""
+
+    seqnum_id: str
+    seqnum: int
+    time_us: int
+
+    @classmethod
+    def of(cls, cursor: str) -> Place | None:
+        """The place a journal cursor (or `text`) names; None when it is not one."""
+        fields = dict(_CURSOR_FIELD.findall(cursor))
+        if len(fields) != 3:
+            return None
+        return cls(fields["s"], int(fields["i"], 16), int(fields["t"], 16))
+
+    @property
+    def text(self) -> str:
+        """As a cursor names it (`seek_cursor` takes it)."""
+        return f"s={self.seqnum_id};i={self.seqnum:x};t={self.time_us:x}"
+
+
+class Plan:
+    """Where the files are read from, for nodes each with its places (the last entry it read
+    in each file it read from) and its start (the time it reads a file new to it from)."""
+
+    def __init__(self, nodes: Iterable[tuple[Mapping[str, Place], int]]) -> None:
+        self._first: dict[str, int] = {}  # by file: the lowest seqnum a node read up to
+        self._by_start: list[tuple[int, Mapping[str, Place]]] = []
+        for places, start_us in nodes:
+            for sid, place in places.items():
+                self._first[sid] = min(self._first.get(sid, place.seqnum), place.seqnum)
+            self._by_start.append((start_us, places))
+        self._by_start.sort(key=lambda n: n[0])
+
+    def __bool__(self) -> bool:
+        return bool(self._by_start)
+
+    def target(self, seqnum_id: str) -> tuple[int | None, int | None]:
+        """For the file of `seqnum_id`: the lowest seqnum a node read up to there, and the
+        earliest start of a node that has not read from it (each None when there is none)."""
+        start = next((t for t, places in self._by_start if seqnum_id not in places), None)
+        return self._first.get(seqnum_id), start
 
 
 @dataclass
 class Opened:
-    """One journal file being read: its Reader, its name when opened, archived or not."""
+    """One journal file being read: its Reader, name, file (seqnum ID), what it was read up to
+    (a seqnum), whether it is archived, and when it was opened."""
 
     reader: JournalReader
     name: str
+    seqnum_id: str | None
+    at: int | None
     archived: bool
+    since: float  # (monotonic seconds)
+    head_us: int  # the time of its first entry (files are read oldest first)
 
 
 class Files:
@@ -51,13 +117,14 @@ class Files:
     def __len__(self) -> int:
         return len(self._open)
 
-    def scan(self, since_us: int) -> None:
-        """Open the files not open yet (from `since_us`), close those gone."""
+    def scan(self, plan: Plan) -> None:
+        """Open the files not open yet (each where `plan` says), close those gone."""
         try:
             found = list(os.scandir(self.directory))
         except OSError as e:
             raise SourceError(f"cannot read the collector's directory {self.directory}: {e}") from e
         present: set[FileKey] = set()
+        added = False
         for entry in found:
             if not entry.name.endswith(".journal"):
                 continue  # (`.journal~`: a file journald set aside as corrupt)
@@ -70,25 +137,58 @@ class Files:
             key = (st.st_dev, st.st_ino)
             present.add(key)
             if key not in self._open and key not in self._done:
-                self._add(key, entry.name, since_us)
+                added = self._add(key, entry.name, plan) or added
         for key in [k for k in self._open if k not in present]:
             self._open.pop(key).reader.close()
         self._done &= present
+        if added:  # (a host that moved: its old address's file before its new one's)
+            self._open = dict(sorted(self._open.items(), key=lambda kv: kv[1].head_us))
 
-    def _add(self, key: FileKey, name: str, since_us: int) -> None:
-        path = self.directory / name
+    def _add(self, key: FileKey, name: str, plan: Plan) -> bool:
+        """Open a file found: whether it was opened."""
         try:
-            reader = open_matched(self.unit, files=(path,), host=self.only)
+            reader = open_matched(self.unit, files=(self.directory / name,), host=self.only)
         except OSError as e:  # (a file half made, or damaged: looked at again next time)
             log.warning("journal-remote %s: cannot open %s: %s", self.directory, name, e)
-            return
-        reader.seek_realtime(max(0, since_us))
-        self._open[key] = Opened(reader, name, archived="@" in name)
+            return False
+        reader.seek_head()
+        first = _here(reader) if reader._next() else None
+        head_us = first.time_us if first is not None else 1 << 62
+        opened = Opened(reader, name, None, None, "@" in name, time.monotonic(), head_us)
+        self._open[key] = opened
+        if first is None:  # (empty as yet: read from its head)
+            reader.seek_head()
+            return True
+        opened.seqnum_id = first.seqnum_id
+        self._place(opened, plan, new=True)
+        return True
 
-    def seek(self, since_us: int) -> None:
-        """Read every file again from `since_us` (archived ones read already included)."""
+    def _place(self, opened: Opened, plan: Plan, new: bool = False) -> None:
+        """Seek `opened` to where `plan` says: a file just opened anywhere, one being read back
+        only (never past what it has not read)."""
+        sid, reader = opened.seqnum_id, opened.reader
+        if sid is None:
+            return
+        seqnum, start_us = plan.target(sid)
+        if start_us is not None:  # (where a node new to this file reads it from)
+            reader.seek_realtime(max(0, start_us))
+            landing = _here(reader) if reader._next() else _after_last(reader)
+            if landing is not None and (seqnum is None or landing.seqnum < seqnum):
+                seqnum = landing.seqnum
+        stands = None if new or opened.at is None else opened.at + 1
+        if stands is not None and (seqnum is None or seqnum > stands):
+            seqnum = stands
+        if seqnum is None:  # (no node of `plan` reads this file: from what comes next)
+            last = _after_last(reader)
+            seqnum = 1 if last is None else last.seqnum
+        reader.seek_cursor(f"s={sid};i={seqnum:x}")
+        opened.at = seqnum - 1
+
+    def rewind(self, plan: Plan) -> None:
+        """Read every file again from where `plan` says, if that is before where it stands
+        (nodes that joined), and the archived files read already too."""
         for opened in self._open.values():
-            opened.reader.seek_realtime(max(0, since_us))
+            self._place(opened, plan)
         self._done.clear()
 
     def entries(self, budget: int) -> Iterator[JournalReader]:
@@ -103,9 +203,15 @@ class Files:
         for key in keys[start:] + keys[:start]:
             opened = self._open[key]
             reader = opened.reader
+            read = False
             while budget > 0 and reader._next():
                 budget -= 1
+                read = True
                 yield reader
+            if read:
+                here = _here(reader)
+                if here is not None:
+                    opened.seqnum_id, opened.at = here.seqnum_id, here.seqnum
             if budget <= 0:
                 self.exhausted = False
                 self._turn = keys.index(key)  # (the next step goes on with this file)
@@ -114,8 +220,46 @@ class Files:
                 reader.close()
                 del self._open[key]
                 self._done.add(key)
+            elif time.monotonic() - opened.since >= REMAP_S:
+                self._reopen(opened)
+
+    def _reopen(self, opened: Opened) -> None:
+        """`opened`'s file opened again where it stands (its pages unmapped)."""
+        opened.since = time.monotonic()
+        if opened.seqnum_id is None or opened.at is None:
+            return
+        cursor = f"s={opened.seqnum_id};i={opened.at + 1:x}"
+        try:
+            reader = open_matched(self.unit, files=(self.directory / opened.name,), host=self.only)
+            reader.seek_head()
+            first = _here(reader) if reader._next() else None
+            if first is None or first.seqnum_id != opened.seqnum_id:
+                reader.close()
+                raise OSError("it is another file now")
+            reader.seek_cursor(cursor)
+        except OSError as e:  # (renamed or gone meanwhile: go on with the one open)
+            log.debug("journal-remote %s: %s not opened again: %s", self.directory, opened.name, e)
+            return
+        opened.reader.close()
+        opened.reader = reader
 
     def close(self) -> None:
         for opened in self._open.values():
             opened.reader.close()
         self._open.clear()
+
+
+def _here(reader: JournalReader) -> Place | None:
+    """The place of the entry `reader` is on."""
+    try:
+        return Place.of(reader._get_cursor())
+    except OSError:
+        return None
+
+
+def _after_last(reader: JournalReader) -> Place | None:
+    """The place just past the file's last entry (its seqnum + 1): where what is appended next
+    is; None for a file with no entry."""
+    reader.seek_tail()
+    last = _here(reader) if reader._previous() else None
+    return None if last is None else Place(last.seqnum_id, last.seqnum + 1, last.time_us)

@@ -5,10 +5,11 @@ The nodes of one directory and unit share a `Collector`: it reads the directory'
 would be. Each entry goes to the node whose host is its `_HOSTNAME`; an entry of a host no node
 reads is skipped (and that host logged once).
 
-Every node keeps its own place: the collector's cursor of its last entry. Within one output
-file the cursor's seqnum orders entries exactly; an entry of another file (the host came from a
-new address) is placed by its time. A node that joins late makes the files be read again from
-its place; the other nodes skip what they had. journal-upload sends the entry at its saved
+Every node keeps its own places: in each file it read from, the seqnum of its last entry there
+(its position names them all). A seqnum orders a file's entries exactly, whatever their times;
+in a file a node has not read from (the host came from a new address), an entry counts from the
+node's start on. A node that joins late makes the files be read again from its places; the
+other nodes skip what they had. journal-upload sends the entry at its saved
 cursor again after a restart, and journal-remote stores it twice: an entry already seen (its
 boot ID, monotonic and wall-clock times and its MESSAGE) is dropped.
 
@@ -24,8 +25,7 @@ import logging
 import re
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
 from exporter.base.records import Batch, LogLine
@@ -33,48 +33,36 @@ from exporter.base.times import fits
 from exporter.parse.tokens import KEYWORDS
 from exporter.sources.base import Progress, SourceError
 from exporter.sources.remote import RemoteNode
-from exporter.sources.remotefiles import Files
+from exporter.sources.remotefiles import Files, Place, Plan
 
 log = logging.getLogger(__name__)
 
 BATCH = 5000  # entries per step at most
 POLL_S = 0.5  # how long the reader rests, once every file was read to its end
-RECENT = 256  # entries remembered per host, to drop one stored twice
+MAX_FILES = 8  # files a node keeps its place in (a host that moved: its old address's file)
+# entries remembered per host, to drop one stored twice: journal-upload sends again the entry
+# at its saved cursor, the host's last before it stopped, so the copy follows it closely
+RECENT = 16
 UNKNOWN_LOGGED = 1024  # hosts no node reads, logged once each, at most this many
 _KEYWORD = re.compile(b"|".join(map(re.escape, KEYWORDS))).search
-_CURSOR_FIELD = re.compile(r"(?:^|;)([sit])=([0-9a-fA-F]+)")
 
-# an entry's monotonic time, boot ID, wall-clock time and a hash of its MESSAGE (entries of one
+# a hash of an entry's monotonic time, boot ID, wall-clock time and MESSAGE (entries of one
 # time are common: a timing block's lines come in one write)
-Key = tuple[int, bytes, int, int]
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a host's entries read so far end: the last one's file (seqnum ID), seqnum, time."""
-
-    seqnum_id: str
-    seqnum: int
-    time_us: int
-
-    @classmethod
-    def of(cls, cursor: str) -> Place | None:
-        """The place a journal cursor names; None when it is not one."""
-        fields = dict(_CURSOR_FIELD.findall(cursor))
-        if len(fields) != 3:
-            return None
-        return cls(fields["s"], int(fields["i"], 16), int(fields["t"], 16))
+Key = int
 
 
 class Host:
-    """One node reading its host's entries: its place, the entries it saw last, its inbox."""
+    """One node reading its host's entries: its places (the last entry it read in each file),
+    its start, the entries it saw last, its inbox."""
 
     def __init__(self, node: str, host: str, since_us: int, position: str) -> None:
         self.node = node
         self.host = host
-        self.place = Place.of(position)
-        self.since_us = since_us if self.place is None else self.place.time_us
-        self.cursor = position
+        places = [p for p in map(Place.of, position.split()) if p is not None]
+        self.places: dict[str, Place] = {p.seqnum_id: p for p in places}
+        # a file new to it: from `since`, or after the newest entry its position names
+        self.start_us = max((p.time_us for p in places), default=since_us)
+        self._after = bool(places)
         self._recent: deque[Key] = deque()
         self._seen: set[Key] = set()
         self.said_caught_up = False
@@ -85,25 +73,35 @@ class Host:
         self.lines: list[LogLine] = []
         self.entries = 0
         self.newest_us: int | None = None
+        self.moved = False  # a place changed this step
 
-    def takes(self, seqnum_id: str, seqnum: int, time_us: int, key: Key) -> bool:
-        """Is this entry new to the node (not before its place, not one seen already)? It is
-        remembered either way."""
+    @property
+    def position(self) -> str:
+        """Its places, as a Batch's position: the newest last."""
+        return " ".join(p.text for p in sorted(self.places.values(), key=_time))
+
+    def takes(self, place: Place, key: Key) -> bool:
+        """Is this entry new to the node (after its place in that file, or, in a file it has
+        not read from, not before its start; not one seen already)? It is remembered either
+        way."""
         if key in self._seen:
             return False
         self._recent.append(key)
         self._seen.add(key)
         if len(self._recent) > RECENT:
             self._seen.discard(self._recent.popleft())
-        place = self.place
-        if place is None:
-            new = time_us >= self.since_us
-        elif seqnum_id == place.seqnum_id:
-            new = seqnum > place.seqnum
+        was = self.places.get(place.seqnum_id)
+        if was is not None:
+            new = place.seqnum > was.seqnum
+        elif self._after:
+            new = place.time_us > self.start_us
         else:
-            new = time_us > place.time_us
+            new = place.time_us >= self.start_us
         if new:
-            self.place = Place(seqnum_id, seqnum, time_us)
+            self.places[place.seqnum_id] = place
+            self.moved = True
+            if len(self.places) > MAX_FILES:
+                del self.places[min(self.places.values(), key=_time).seqnum_id]
         return new
 
     def batch(self, caught_up: bool) -> Batch | None:
@@ -116,10 +114,10 @@ class Host:
             tuple(self.lines),
             entries=self.entries,
             newest_us=self.newest_us,
-            position=self.cursor,
+            position=self.position if self.moved else "",
             caught_up=caught_up,
         )
-        self.lines, self.entries, self.newest_us = [], 0, None
+        self.lines, self.entries, self.newest_us, self.moved = [], 0, None, False
         return batch
 
 
@@ -138,25 +136,31 @@ class Collector:
         self.runner: Host | None = None
         self.drained = asyncio.Event()  # a node's task took a Batch from its inbox
         self._files: Files | None = None
-        self._since_us: int | None = None  # where a file opened from now on is read from
         self._lock = threading.Lock()  # the files: one thread at a time
-        self._seek_lock = threading.Lock()
-        self._seek_us: int | None = None  # where a node that joined needs the reader back
+        self._join_lock = threading.Lock()  # `hosts` and `_joined`
+        self._joined: list[Host] = []  # nodes that joined since the last step: files rewound
         self._pending: Step | None = None
-        self._unknown: set[bytes] = set()
+        self._unknown: set[bytes] = set()  # hosts no node read, noted
+        self._unsaid: list[bytes] = []  # of them, those not said yet
+
+    @property
+    def busy(self) -> bool:
+        """Is a step under way (in a worker thread)?"""
+        return self._lock.locked()
 
     def join(self, host: Host) -> None:
-        """Hand `host`'s entries to it from its place on (the reader seeks back if need be)."""
-        self.hosts[host.host] = host
-        with self._seek_lock:
-            self._seek_us = (
-                host.since_us if self._seek_us is None else min(self._seek_us, host.since_us)
-            )
+        """Hand `host`'s entries to it from its places on (the files are read again from
+        there, if need be, from the next step on)."""
+        with self._join_lock:
+            self.hosts[host.host] = host
+            self._joined.append(host)
 
     def leave(self, host: Host) -> None:
         host.active = False
-        if self.hosts.get(host.host) is host:
-            del self.hosts[host.host]
+        with self._join_lock:
+            if self.hosts.get(host.host) is host:
+                del self.hosts[host.host]
+        self.drained.set()  # (the reader may wait for room in its inbox)
 
     async def read(self, me: Host, out: asyncio.Queue[Batch]) -> None:
         """Read for every node until cancelled (or the reader fails: SourceError), as `me`'s task;
@@ -198,17 +202,15 @@ class Collector:
             return self._pending
 
     def _read(self) -> Step:
+        with self._join_lock:  # (nodes that join meanwhile wait for the next step)
+            hosts, joined, self._joined = dict(self.hosts), self._joined, []
+        self._say_unheard(hosts)
         files = self._files
-        with self._seek_lock:
-            seek, self._seek_us = self._seek_us, None
-        if seek is not None:
-            self._since_us = seek if self._since_us is None else min(self._since_us, seek)
         if files is None:
             files = self._files = Files(self.directory, self.unit, self.only)
-        elif seek is not None:
-            files.seek(seek)
-        files.scan(self._since_us or 0)
-        hosts = dict(self.hosts)  # (nodes that join meanwhile wait for the next step)
+        elif joined:
+            files.rewind(Plan((h.places, h.start_us) for h in joined))
+        files.scan(Plan((h.places, h.start_us) for h in hosts.values()))
         self._entries(files, {h.encode(): host for h, host in hosts.items()})
         caught_up = files.exhausted
         out: list[tuple[Host, Batch]] = []
@@ -236,13 +238,10 @@ class Collector:
                 raw = get("MESSAGE")
             except KeyError:
                 raw = b""
-            cursor = reader._get_cursor()
-            place = Place.of(cursor)
-            key = (mono, boot, t, hash(raw))
-            if place is None or not host.takes(place.seqnum_id, place.seqnum, t, key):
+            place = Place.of(reader._get_cursor())
+            if place is None or not host.takes(place, hash((mono, boot, t, raw))):
                 continue
             host.entries += 1
-            host.cursor = cursor
             if not fits(t):  # a clock far off, a corrupt entry: its line is a parse error
                 host.lines.append(LogLine(host.node, t, "", 0, "journal time out of range"))
                 continue
@@ -251,15 +250,23 @@ class Collector:
                 host.lines.append(_line(get, raw, host.node, t))
 
     def _unheard(self, name: bytes) -> None:
-        """Say once that `name`'s entries are in the directory but no node reads them."""
-        if name in self._unknown or len(self._unknown) >= UNKNOWN_LOGGED:
-            return
-        self._unknown.add(name)
-        log.info(
-            "journal-remote %s: host %s is there, but no node reads it",
-            self.directory,
-            name.decode("utf-8", "replace"),
-        )
+        """Note that `name`'s entries are in the directory but no node of this step reads them
+        (said at the next step, unless a node that joined meanwhile reads them)."""
+        if name not in self._unknown and len(self._unknown) < UNKNOWN_LOGGED:
+            self._unknown.add(name)
+            self._unsaid.append(name)
+
+    def _say_unheard(self, hosts: Mapping[str, Host]) -> None:
+        """Say once each host noted by `_unheard` that no node reads yet."""
+        for name in self._unsaid:
+            shown = name.decode("utf-8", "replace")
+            if shown in hosts:
+                self._unknown.discard(name)  # (read now: said if no node reads it again)
+                continue
+            log.info(
+                "journal-remote %s: host %s is there, but no node reads it", self.directory, shown
+            )
+        self._unsaid.clear()
 
     def close(self) -> None:
         with self._lock:
@@ -351,3 +358,7 @@ async def window(
                 return
     finally:
         await asyncio.to_thread(collector.close)
+
+
+def _time(place: Place) -> int:
+    return place.time_us

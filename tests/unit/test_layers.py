@@ -287,7 +287,7 @@ def test_no_private_name_is_used_outside_its_module(path: Path) -> None:
 # reader base class and its unconverted reads, the environment's mapping type.
 FOREIGN_PRIVATE = {
     *("_replace", "_fields", "_asdict", "_make"),
-    *("_Reader", "_get", "_next", "_get_realtime", "_get_cursor", "_get_monotonic"),
+    *("_Reader", "_get", "_next", "_previous", "_get_realtime", "_get_cursor", "_get_monotonic"),
     "_Environ",
 }
 
