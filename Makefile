@@ -7,7 +7,7 @@ BASE   := $(VENV)/.base
 # Debian packages the tests start for real (chromium: the status page and the HTML report in a
 # headless browser; iproute2: a network namespace per uploading host for journal-remote), and the
 # C compiler for exporter/compiled/_speedups.c; apt-installed when missing and run as root.
-DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev python3-venv chromium faketime systemd-container man-db groff iproute2
+DEB_PACKAGES ?= systemd libsystemd-dev pkg-config systemd-journal-remote openssh-server prometheus mtail gcc libc6-dev python3-dev python3-venv chromium faketime systemd-container man-db groff iproute2 victoria-metrics
 
 .PHONY: all venv deps test unit lint typecheck pytest run bench man screenshots clean
 
@@ -92,6 +92,7 @@ bench: venv deps
 	$(BIN)/python bench/pages.py
 	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/backfill.py
+	$(BIN)/python bench/scale.py
 
 # The screenshots README.md and docs/ show, made anew by the browser tests that check those pages.
 screenshots: venv
