@@ -5,7 +5,7 @@
     .venv/bin/python bench/ssh.py --old                 # journalctl without --output-fields/--grep
     .venv/bin/python bench/ssh.py --profile             # and where the exporter's time goes
 
-A server process (this file, `--serve`) runs `--nodes` asyncssh servers on 127.0.0.1 (port 0
+A server process (`_sshfleet`) runs `--nodes` asyncssh servers on 127.0.0.1 (port 0
 each, one generated ed25519 host key, one generated client key authorised), each emulating
 `journalctl` for its node (`_journalctl`: the command parsed with shlex, -u, -o json,
 --no-pager, --all, -n N, --cursor, --after-cursor, --since @S, --follow, --no-tail,
@@ -44,24 +44,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import json
 import os
 import pstats
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from _daemon import Daemon, Scrape, poll, run_command, scrape, total
-from _journalctl import UNIT, Keys, Node, NodeJournal, now_us
 from _proc import cpu_seconds, rss_kb
-
-from exporter.base.times import SECOND
+from _sshfleet import Fleet, serve
 
 GOAL_CPU = 20.0  # % of one core
 GOAL_RSS = 300.0  # MB
@@ -73,26 +69,6 @@ WARMUP = 5.0  # s
 START_S = 60.0  # for the exporter to start and every source to come up, and per node:
 START_PER_NODE_S = 0.5
 KB_PER_MB = 1024
-
-
-# -- the nodes (server side) ------------------------------------------------------------
-
-
-async def serve(nodes: int, directory: Path, old: bool) -> None:
-    """The nodes' servers; their ports on stdout, then their counts for every line read."""
-    keys = Keys.read(directory)
-    t0 = now_us() // SECOND * SECOND
-    served = [Node(NodeJournal(i, t0), old=old) for i in range(nodes)]
-    ports = [await node.listen(keys) for node in served]
-    print(json.dumps({"ports": ports, "names": [n.journal.name for n in served]}), flush=True)
-    while True:  # one JSON line of counts per line read; end on EOF
-        line = await asyncio.to_thread(sys.stdin.readline)
-        if not line:
-            break
-        print(json.dumps({n.journal.name: asdict(n.counts) for n in served}), flush=True)
-    for node in served:
-        if node.acceptor is not None:
-            node.acceptor.close()
 
 
 # -- the measurement (client side) ----------------------------------------------------------
@@ -124,45 +100,16 @@ def requests(s: Scrape) -> float:
     return total(s.samples, "smllm_requests_total")
 
 
-def server_stats(server: subprocess.Popen[str]) -> dict[str, dict[str, int]]:
-    assert server.stdin is not None and server.stdout is not None
-    server.stdin.write("stats\n")
-    server.stdin.flush()
-    stats: dict[str, dict[str, int]] = json.loads(server.stdout.readline())
-    return stats
-
-
 def totals(stats: dict[str, dict[str, int]], key: str) -> int:
     return sum(s[key] for s in stats.values())
 
 
 def measure(args: argparse.Namespace, directory: Path) -> Result:
-    keys = Keys.generate()
-    client_key = keys.write(directory)
-    command = [sys.executable, __file__, "--serve", "--nodes", str(args.nodes), "--dir"]
-    command += [str(directory), *(["--old"] if args.old else [])]
-    server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    fleet = Fleet(directory, args.nodes, old=args.old)
     profile = directory / "exporter.prof"
     exporter: Daemon | None = None
     try:
-        assert server.stdout is not None
-        hello = json.loads(server.stdout.readline())
-        ports: list[int] = hello["ports"]
-        names: list[str] = hello["names"]
-        known_hosts = keys.known_hosts(directory / "known_hosts", ports)
-        rows = [
-            {
-                "name": name,
-                "source": "ssh",
-                "host": "127.0.0.1",
-                "port": port,
-                "user": "bench",
-                "unit": UNIT,
-                "known_hosts": str(known_hosts),
-                "client_keys": [str(client_key)],
-            }
-            for name, port in zip(names, ports, strict=True)
-        ]
+        rows = fleet.rows()
 
         def profiled_run(config: Path) -> list[str]:
             """This file, profiling the exporter's event loop over the ingest window."""
@@ -188,11 +135,11 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
         pid = exporter.pid
         # the ingest window: scraped every 15 s, as Prometheus would
         first = scrape(url)
-        stats0 = server_stats(server)
+        stats0 = fleet.stats()
         if args.profile:
             os.kill(pid, signal.SIGUSR1)
         cpu0, t0 = cpu_seconds(pid), time.monotonic()
-        server_cpu0 = cpu_seconds(server.pid)
+        server_cpu0 = cpu_seconds(fleet.pid)
         peak = rss_kb(pid)
         next_scrape = t0 + PROMETHEUS_EVERY
         while (now := time.monotonic()) < t0 + args.seconds:
@@ -205,8 +152,8 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
         cpu1, t1 = cpu_seconds(pid), time.monotonic()
         if args.profile:
             os.kill(pid, signal.SIGUSR2)
-        server_cpu1 = cpu_seconds(server.pid)
-        stats1 = server_stats(server)
+        server_cpu1 = cpu_seconds(fleet.pid)
+        stats1 = fleet.stats()
         window = t1 - t0
         # the scrape window: SCRAPES scrapes, SCRAPE_EVERY apart
         latencies: list[float] = []
@@ -243,13 +190,7 @@ def measure(args: argparse.Namespace, directory: Path) -> Result:
             stats.sort_stats("tottime").print_stats(30)
             stats.sort_stats("cumulative").print_stats(40)
             print(out.getvalue())
-        if server.stdin is not None:
-            server.stdin.close()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        fleet.close()
 
 
 def percentile(values: list[float], p: float) -> float:
