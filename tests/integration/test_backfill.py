@@ -233,3 +233,49 @@ def test_report_writes_openmetrics_as_promtool_takes_it(tmp_path: Path, cli: Cli
     assert code == 2 and "holds the files of another backfill" in err  # never mixed
     code, _, err = cli(*argv, "--format", "openmetrics", "--output", "x", "--output-dir", "y")
     assert code == 2 and "not both" in err
+
+
+def test_victoria_metrics_takes_the_backfill_and_gives_the_reports_figures(tmp_path: Path) -> None:
+    """The same files, imported into VictoriaMetrics as docs/scale.md says (its
+    /api/v1/import/prometheus reads OpenMetrics, timestamps in seconds): increase() over the
+    window is the report's figure."""
+    from support import victoria
+
+    lines = lines_of()
+    expected = report_text.to_json(
+        report.build(
+            {n: [Batch(n, tuple(ls))] for n, ls in lines.items()},
+            default_settings(KINDS),
+            SINCE,
+            UNTIL,
+        )
+    )
+    replay = backfill.Replay(NODES, default_settings(KINDS, slots=2), SINCE, UNTIL, STEP)
+    for n, ls in lines.items():
+        replay.add(Batch(n, tuple(ls)))
+    parts = backfill.write(
+        replay.snapshots(), lambda p: tmp_path / f"part{p}.om", "test", backfill.BLOCK_S
+    )
+    started = None
+    for attempt in range(victoria.ATTEMPTS):
+        log = tmp_path / f"vm{attempt}.log"
+        started = victoria.start(victoria.binary(), ["-retentionPeriod=100y"], tmp_path / "vm", log)
+        if started is not None:
+            break
+    assert started is not None
+    process, url = started
+    try:
+        vm = victoria.Victoria(url, log)
+        for part in parts:
+            vm.import_text(part.read_bytes(), job="sm-llm-exporter")
+        vm.flush()
+        window = f"[{(UNTIL - SINCE + STEP) // SECOND}s]"
+        got = vm.instant(f"sum by (node) (increase(smllm_requests_total{window}))", UNTIL / SECOND)
+        requests = {s["metric"]["node"]: float(s["value"][1]) for s in got}
+        assert requests == {n: float(v["requests"]) for n, v in expected["nodes"].items()}
+        (job,) = {
+            s["metric"].get("job") for s in vm.instant("smllm_requests_total", UNTIL / SECOND)
+        }
+        assert job == "sm-llm-exporter"
+    finally:
+        victoria.terminate(process)

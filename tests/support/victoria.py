@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +50,18 @@ class Victoria:
         data = self.get("/api/v1/query", query=expr, time=f"{at:.3f}")
         result: list[dict[str, Any]] = data["result"]
         return result
+
+    def import_text(self, body: bytes, **extra_labels: str) -> None:
+        """Samples in the Prometheus text format or OpenMetrics (timestamps in seconds), each
+        series given `extra_labels`, as `/api/v1/import/prometheus` takes them."""
+        query = urllib.parse.urlencode(
+            [("extra_label", f"{k}={v}") for k, v in extra_labels.items()]
+        )
+        request = urllib.request.Request(
+            f"{self.url}/api/v1/import/prometheus?{query}", data=body, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            assert reply.status == 204, (reply.status, reply.read()[:2000])
 
     def flush(self) -> None:
         """Make every sample received so far visible to queries (`/internal/force_flush`)."""
