@@ -93,6 +93,7 @@ class Opened:
     (a seqnum), whether it is archived, and when it was opened."""
 
     reader: JournalReader
+    key: FileKey
     name: str
     seqnum_id: str | None
     at: int | None
@@ -136,6 +137,9 @@ class Files:
                 continue
             key = (st.st_dev, st.st_ino)
             present.add(key)
+            opened = self._open.get(key)
+            if opened is not None and opened.name != entry.name:  # (rotated: archived now)
+                opened.name, opened.archived = entry.name, "@" in entry.name
             if key not in self._open and key not in self._done:
                 added = self._add(key, entry.name, plan) or added
         for key in [k for k in self._open if k not in present]:
@@ -154,7 +158,7 @@ class Files:
         reader.seek_head()
         first = _here(reader) if reader._next() else None
         head_us = first.time_us if first is not None else 1 << 62
-        opened = Opened(reader, name, None, None, "@" in name, time.monotonic(), head_us)
+        opened = Opened(reader, key, name, None, None, "@" in name, time.monotonic(), head_us)
         self._open[key] = opened
         if first is None:  # (empty as yet: read from its head)
             reader.seek_head()
@@ -229,13 +233,16 @@ class Files:
         if opened.seqnum_id is None or opened.at is None:
             return
         cursor = f"s={opened.seqnum_id};i={opened.at + 1:x}"
+        path = self.directory / opened.name
         try:
-            reader = open_matched(self.unit, files=(self.directory / opened.name,), host=self.only)
-            reader.seek_head()
-            first = _here(reader) if reader._next() else None
-            if first is None or first.seqnum_id != opened.seqnum_id:
+            # The collector renames a file it rotates, and its new file takes the name and
+            # may go on with the same seqnums: opened by name, it must be the same inode.
+            if _key_of(path) != opened.key:
+                raise OSError("it was rotated")
+            reader = open_matched(self.unit, files=(path,), host=self.only)
+            if _key_of(path) != opened.key:
                 reader.close()
-                raise OSError("it is another file now")
+                raise OSError("it was rotated")
             reader.seek_cursor(cursor)
         except OSError as e:  # (renamed or gone meanwhile: go on with the one open)
             log.debug("journal-remote %s: %s not opened again: %s", self.directory, opened.name, e)
@@ -247,6 +254,11 @@ class Files:
         for opened in self._open.values():
             opened.reader.close()
         self._open.clear()
+
+
+def _key_of(path: Path) -> FileKey:
+    st = path.stat(follow_symlinks=False)
+    return st.st_dev, st.st_ino
 
 
 def _here(reader: JournalReader) -> Place | None:

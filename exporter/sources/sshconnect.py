@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -46,6 +47,13 @@ ENCRYPTION = (
     "chacha20-poly1305@openssh.com",
     "aes128-ctr",
     "aes256-ctr",
+)
+# Connections begun a second, at most. A handshake costs milliseconds of CPU on both ends: a
+# thousand begun together time each other out (CONNECT_TIMEOUT_S) and all start again. (A pace,
+# not a count of connections being opened: nodes that do not answer hold nothing back.)
+CONNECTS_PER_S = 50.0
+_next_connect: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
+    weakref.WeakKeyDictionary()
 )
 _warned_unverified: set[str] = set()
 # the files every connection shares, each parsed once per content
@@ -215,12 +223,24 @@ async def connection(node: SshNode, env: Env, timed_out: str) -> AsyncIterator[C
     `timed_out` after `who(node)`."""
     options = await asyncio.to_thread(loaded_options, node, env)
     try:
-        async with asyncssh.connect(node.host, **options) as conn:
+        await _paced()
+        conn = await asyncssh.connect(node.host, **options)
+        async with conn:
             yield conn
     except TimeoutError:  # (before OSError, its base class, and asyncssh's: it is both)
         raise SourceError(f"{who(node)}: {timed_out}") from None
     except (asyncssh.Error, OSError) as e:
         raise SourceError(explain(node, e)) from None
+
+
+async def _paced() -> None:
+    """Wait for this connection's turn (CONNECTS_PER_S on the running loop)."""
+    loop = asyncio.get_running_loop()
+    now = loop.time()
+    turn = max(now, _next_connect.get(loop, now))
+    _next_connect[loop] = turn + 1 / CONNECTS_PER_S
+    if turn > now:
+        await asyncio.sleep(turn - now)
 
 
 def explain(node: SshNode, e: BaseException) -> str:

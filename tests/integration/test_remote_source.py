@@ -789,6 +789,32 @@ def test_entries_appended_while_following_arrive(tmp_path: Path) -> None:
     check_node(f, "c", upto("c", 3))
 
 
+def test_a_file_rotated_while_read_is_read_to_its_end_and_its_successor_from_its_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collector rotates a file: it renames it (`NAME@...`) and writes on in a new file of
+    the old name. The renamed one is read to its end (it is not opened again by its name, which
+    is now the new file's), then closed; the new one is read from its start."""
+    from exporter.sources import remotefiles, remotereader
+
+    monkeypatch.setattr(remotefiles, "REMAP_S", 0.0)  # (opened again at every end reached)
+    monkeypatch.setattr(remotereader, "BATCH", 7)
+    first, second = requests("a", 20), requests("a", 10, start=20)
+    path = file_of(tmp_path, "a")
+    write_host_journal(path, first, who("a"))
+
+    async def main(f: Following) -> Following:
+        f.start(node(tmp_path, "a"))
+        await f.until(lambda: f.entries("a") > 0, "a's first Batch")
+        path.rename(path.with_name(path.stem + "@0000-0000.journal"))
+        await asyncio.to_thread(write_host_journal, path, second, who("a"))
+        await f.read({"a": len(unit(first + second))})
+        return f
+
+    f = follow(main)
+    check_node(f, "a", first + second)
+
+
 # -- 8. a missing directory; a host name with control characters --------------------------------
 
 
