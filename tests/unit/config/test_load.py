@@ -194,7 +194,9 @@ BAD: list[tuple[str, str, list[str]]] = [
     (
         "source-missing",
         y("nodes:", "  - {name: a, path: /x}"),
-        ["cfg.yaml:2: nodes[0]: a node needs a source: one of file, journal, journal-remote, ssh, init-timeline"],
+        [
+            "cfg.yaml:2: nodes[0]: a node needs a source: one of file, journal, journal-remote, ssh, init-timeline"
+        ],
     ),
     (
         "file-node-without-path",

@@ -20,8 +20,8 @@ from exporter.config.schema import DEFAULTS, KIND_KEYS, TOP_KEYS, Config
 from exporter.sources.file import FileNode
 from exporter.sources.inittimeline import InitTimelineNode
 from exporter.sources.journal import JournalNode
-from exporter.sources.remote import RemoteNode
 from exporter.sources.registry import ALL_SOURCES, NODE_KEYS
+from exporter.sources.remote import RemoteNode
 from exporter.sources.ssh import SshNode
 
 from support.configs import FILE_NODE, good
