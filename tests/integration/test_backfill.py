@@ -31,8 +31,11 @@ pytestmark = pytest.mark.slow
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
 
 
-def test_promtool_blocks_give_the_reports_figures(tmp_path: Path) -> None:
-    promtool = require_tool("promtool")
+def backfilled(
+    directory: Path,
+) -> tuple[dict[str, list[LogLine]], dict[str, Any], list[Path]]:
+    """The window's lines, the report of them (its JSON) and the backfill of them, written in
+    `directory`, a file per block."""
     lines = lines_of()
     expected = report_text.to_json(
         report.build(
@@ -46,8 +49,14 @@ def test_promtool_blocks_give_the_reports_figures(tmp_path: Path) -> None:
     for n, ls in lines.items():
         replay.add(Batch(n, tuple(ls)))
     parts = backfill.write(
-        replay.snapshots(), lambda p: tmp_path / f"part{p}.om", "test", backfill.BLOCK_S
+        replay.snapshots(), lambda p: directory / f"part{p}.om", "test", backfill.BLOCK_S
     )
+    return lines, expected, parts
+
+
+def test_promtool_blocks_give_the_reports_figures(tmp_path: Path) -> None:
+    promtool = require_tool("promtool")
+    lines, expected, parts = backfilled(tmp_path)
     assert len(parts) >= 3
     data = tmp_path / "data"
     for part in parts:
@@ -241,21 +250,7 @@ def test_victoria_metrics_takes_the_backfill_and_gives_the_reports_figures(tmp_p
     window is the report's figure."""
     from support import victoria
 
-    lines = lines_of()
-    expected = report_text.to_json(
-        report.build(
-            {n: [Batch(n, tuple(ls))] for n, ls in lines.items()},
-            default_settings(KINDS),
-            SINCE,
-            UNTIL,
-        )
-    )
-    replay = backfill.Replay(NODES, default_settings(KINDS, slots=2), SINCE, UNTIL, STEP)
-    for n, ls in lines.items():
-        replay.add(Batch(n, tuple(ls)))
-    parts = backfill.write(
-        replay.snapshots(), lambda p: tmp_path / f"part{p}.om", "test", backfill.BLOCK_S
-    )
+    _, expected, parts = backfilled(tmp_path)
     started = None
     for attempt in range(victoria.ATTEMPTS):
         log = tmp_path / f"vm{attempt}.log"

@@ -19,7 +19,6 @@ import logging
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +42,6 @@ from support.dumps import dump_lines, report_of_dumps, window_batches
 from support.journals import (
     BOOT_ID,
     IDLE,
-    JOURNAL_REMOTE,
     LAUNCH,
     NOISE,
     OTHER,
@@ -61,11 +59,12 @@ from support.journals import (
     journal_json,
     lines_of,
     relevant,
+    require_journal_tools,
     workload,
     write_journal,
 )
 from support.scrape import Samples, http_get, parse_metrics, sample
-from support.tools import IN_CI, free_port, wait_for
+from support.tools import free_port, wait_for
 
 if TYPE_CHECKING:
     from exporter.sources.journalreader import JournalSource
@@ -76,20 +75,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(autouse=True)
 def journal_tools() -> None:
     """systemd-journal-remote, journalctl and systemd-python, or fail in CI / skip elsewhere."""
-    missing = []
-    if not os.access(JOURNAL_REMOTE, os.X_OK):
-        missing.append(f"{JOURNAL_REMOTE} (Debian systemd-journal-remote)")
-    if shutil.which("journalctl") is None:
-        missing.append("journalctl")
-    try:
-        import systemd.journal  # noqa: F401
-    except ImportError:
-        missing.append("systemd-python (needs Debian libsystemd-dev)")
-    if missing:
-        what = ", ".join(missing)
-        if IN_CI:
-            pytest.fail(f"{what} missing in CI; `make test` installs them (run as root)")
-        pytest.skip(f"{what} missing here (not CI, where this fails); `make test` as root")
+    require_journal_tools()
 
 
 # -- journal files written by systemd-journal-remote ------------------------------------------

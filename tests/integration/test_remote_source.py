@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import shutil
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -37,7 +35,6 @@ from exporter.sources.remote import RemoteNode
 
 from support.journal_remote import Identity, host_export, write_host_journal
 from support.journals import (
-    JOURNAL_REMOTE,
     LAUNCH,
     NOISE,
     OTHER,
@@ -50,8 +47,8 @@ from support.journals import (
     era_d_total,
     journal_json,
     lines_of,
+    require_journal_tools,
 )
-from support.tools import IN_CI
 
 if TYPE_CHECKING:
     from exporter.sources.remotereader import Collector
@@ -68,20 +65,7 @@ TRIES = 20
 @pytest.fixture(autouse=True)
 def journal_tools() -> None:
     """systemd-journal-remote, journalctl and systemd-python, or fail in CI / skip elsewhere."""
-    missing = []
-    if not os.access(JOURNAL_REMOTE, os.X_OK):
-        missing.append(f"{JOURNAL_REMOTE} (Debian systemd-journal-remote)")
-    if shutil.which("journalctl") is None:
-        missing.append("journalctl")
-    try:
-        import systemd.journal  # noqa: F401
-    except ImportError:
-        missing.append("systemd-python (needs Debian libsystemd-dev)")
-    if missing:
-        what = ", ".join(missing)
-        if IN_CI:
-            pytest.fail(f"{what} missing in CI; `make test` installs them (run as root)")
-        pytest.skip(f"{what} missing here (not CI, where this fails); `make test` as root")
+    require_journal_tools()
 
 
 # -- what is written --------------------------------------------------------------------------

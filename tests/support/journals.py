@@ -6,7 +6,9 @@ Also the workload of two nodes and another unit, and served figures compared wit
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -16,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import pytest
+
 from exporter.accounting.figures import Snapshot
 from exporter.base.records import REASONS, LogLine
 from exporter.base.times import SECOND
@@ -23,6 +27,7 @@ from exporter.commands.demo import DemoLine, node_lines
 from exporter.parse.tokens import KEYWORDS
 
 from support.scrape import Samples, sample
+from support.tools import IN_CI
 
 JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
 MS = 1000
@@ -44,6 +49,24 @@ class Entry:
     message: bytes
     unit: str = UNIT
     pid: int | None = PID
+
+
+def require_journal_tools() -> None:
+    """systemd-journal-remote, journalctl and systemd-python, or fail in CI / skip elsewhere."""
+    missing = []
+    if not os.access(JOURNAL_REMOTE, os.X_OK):
+        missing.append(f"{JOURNAL_REMOTE} (Debian systemd-journal-remote)")
+    if shutil.which("journalctl") is None:
+        missing.append("journalctl")
+    try:
+        import systemd.journal  # noqa: F401
+    except ImportError:
+        missing.append("systemd-python (needs Debian libsystemd-dev)")
+    if missing:
+        what = ", ".join(missing)
+        if IN_CI:
+            pytest.fail(f"{what} missing in CI; `make test` installs them (run as root)")
+        pytest.skip(f"{what} missing here (not CI, where this fails); `make test` as root")
 
 
 def ent(time_us: int, message: str | bytes, unit: str = UNIT, pid: int | None = PID) -> Entry:
