@@ -387,8 +387,10 @@ def count_the_end(row: Row, fleet: Fleet, url: str) -> None:
 def run(kind: str, nodes: int, args: argparse.Namespace) -> Row:
     row = Row(kind, nodes)
     with tempfile.TemporaryDirectory(prefix=f"bench-scale-{kind}-{nodes}-") as tmp:
+        directory = Path(tmp) if args.keep is None else args.keep / f"{kind}-{nodes}"
+        directory.mkdir(parents=True, exist_ok=True)
         try:
-            measure(row, args, Path(tmp))
+            measure(row, args, directory)
         except Exception as failed:  # the run failed: said, and the others still run
             row.problems.append(f"the run failed: {failed}")
     for p in row.problems:
@@ -531,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--histograms-per-node", action="store_true", help="the exporter's default, not a fleet's"
+    )
+    ap.add_argument(
+        "--keep", type=Path, help="run in DIR/KIND-NODES and keep it (the journals, the logs)"
     )
     args = ap.parse_args(argv)
     say(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")

@@ -97,12 +97,13 @@ class IngestLoop:
 
     async def _first(self) -> Batch | None:
         """The first batch queued, waiting no longer than a tick, nor than a publish that is due
-        soon (after a source caught up); None if none came."""
+        soon (after a source caught up, unless one is under way); None if none came."""
         if not self.queue.empty():
             return self.queue.get_nowait()
         wait = self.tick_seconds
-        if self.applier.caught_up:
-            due = self._last_publish + self.caught_up_publish_seconds
+        publishing = self._publishing
+        if self.applier.caught_up and (publishing is None or publishing.done()):
+            due = self._last_publish + pace(self.caught_up_publish_seconds, self.publisher.took_s)
             wait = min(wait, max(0.0, due - time.monotonic()))
         with suppress(TimeoutError):
             async with asyncio.timeout(wait):

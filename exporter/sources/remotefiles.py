@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from exporter.sources.base import SourceError
 from exporter.sources.journalreader import JournalReader, open_matched
@@ -42,8 +43,7 @@ REMAP_S = 10.0  # a file read to its end is opened again this often (see the mod
 _CURSOR_FIELD = re.compile(r"(?:^|;)([sit])=([0-9a-fA-F]+)")
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(NamedTuple):
     """An entry of one file: the file's seqnum ID, the entry's seqnum there, and its time."""
 
     seqnum_id: str
@@ -62,6 +62,20 @@ class Place:
     def text(self) -> str:
         """As a cursor names it (`seek_cursor` takes it)."""
         return f"s={self.seqnum_id};i={self.seqnum:x};t={self.time_us:x}"
+
+
+def seqnum_of(cursor: str) -> tuple[str, int] | None:
+    """The file's seqnum ID and the entry's seqnum, from a cursor as the Reader gives it
+    (`s=ID;i=SEQNUM;b=...`: read for every entry, so by position, not by pattern); None when
+    it is not one."""
+    s, _, rest = cursor.partition(";")
+    i, _, _ = rest.partition(";")
+    if not (s.startswith("s=") and i.startswith("i=")):
+        return None
+    try:
+        return s[2:], int(i[2:], 16)
+    except ValueError:
+        return None
 
 
 class Plan:

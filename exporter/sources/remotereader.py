@@ -13,9 +13,10 @@ other nodes skip what they had. journal-upload sends the entry at its saved
 cursor again after a restart, and journal-remote stores it twice: an entry already seen (its
 boot ID, monotonic and wall-clock times and its MESSAGE) is dropped.
 
-No task of its own reads: the first node's task reads for all, hands each node's Batches to its
-inbox (the node's task puts them on the daemon's queue), and when that task ends, the next node
-takes over. The files are read in one worker thread at a time, so the event loop never blocks.
+No task of its own reads: the first node's task reads for all and puts each node's Batches on
+the daemon's queue itself (a node's Batch that finds the queue full waits in the node's inbox,
+and the node's task hands it on, in order). When that task ends, the next node takes over. The
+files are read in one worker thread at a time, so the event loop never blocks.
 """
 
 from __future__ import annotations
@@ -32,12 +33,16 @@ from exporter.base.records import Batch, LogLine
 from exporter.base.times import fits
 from exporter.parse.tokens import KEYWORDS
 from exporter.sources.base import Progress, SourceError
+from exporter.sources.journalreader import JournalReader
 from exporter.sources.remote import RemoteNode
-from exporter.sources.remotefiles import Files, Place, Plan
+from exporter.sources.remotefiles import Files, Place, Plan, seqnum_of
 
 log = logging.getLogger(__name__)
 
-BATCH = 5000  # entries per step at most
+# entries per step at most: BATCH, or BATCH_PER_HOST a host if more. A step that stops short
+# of the end says its nodes have not caught up; so a step must hold what a busy fleet writes
+# between two polls, or every node would flap between caught up and not at every step.
+BATCH, BATCH_PER_HOST = 5000, 40
 POLL_S = 0.5  # how long the reader rests, once every file was read to its end
 MAX_FILES = 8  # files a node keeps its place in (a host that moved: its old address's file)
 # entries remembered per host, to drop one stored twice: journal-upload sends again the entry
@@ -67,8 +72,11 @@ class Host:
         self._seen: set[Key] = set()
         self.said_caught_up = False
         self.active = True
-        # Batches for this node's task to hand on; None: the reader is free, take it over
+        # where its Batches go (the daemon's queue); those that find it full wait in the inbox
+        # for this node's task to hand them on. None in the inbox: the reader is free, take it
+        self.out: asyncio.Queue[Batch] | None = None
         self.inbox: asyncio.Queue[Batch | None] = asyncio.Queue()
+        self.relaying = False  # its task holds a Batch from the inbox (the queue was full)
         # what one step gathered
         self.lines: list[LogLine] = []
         self.entries = 0
@@ -80,29 +88,38 @@ class Host:
         """Its places, as a Batch's position: the newest last."""
         return " ".join(p.text for p in sorted(self.places.values(), key=_time))
 
-    def takes(self, place: Place, key: Key) -> bool:
-        """Is this entry new to the node (after its place in that file, or, in a file it has
-        not read from, not before its start; not one seen already)? It is remembered either
-        way."""
-        if key in self._seen:
+    def takes(self, seqnum_id: str, seqnum: int, time_us: int, key: Key) -> bool:
+        """Is this entry (`seqnum` of the file `seqnum_id`, at `time_us`) new to the node
+        (after its place in that file, or, in a file it has not read from, not before its
+        start; not one seen already)? It is remembered either way."""
+        seen, recent = self._seen, self._recent
+        if key in seen:
             return False
-        self._recent.append(key)
-        self._seen.add(key)
-        if len(self._recent) > RECENT:
-            self._seen.discard(self._recent.popleft())
-        was = self.places.get(place.seqnum_id)
+        if len(recent) == RECENT:
+            seen.discard(recent.popleft())
+        recent.append(key)
+        seen.add(key)
+        places = self.places
+        was = places.get(seqnum_id)
         if was is not None:
-            new = place.seqnum > was.seqnum
-        elif self._after:
-            new = place.time_us > self.start_us
+            if seqnum <= was.seqnum:
+                return False
+        elif time_us < self.start_us or (self._after and time_us == self.start_us):
+            return False
+        places[seqnum_id] = Place(seqnum_id, seqnum, time_us)
+        self.moved = True
+        if was is None and len(places) > MAX_FILES:
+            del places[min(places.values(), key=_time).seqnum_id]
+        return True
+
+    def hand(self, batch: Batch) -> None:
+        """Put `batch` (of the reader's task) on the node's queue, straight when nothing of the
+        node waits before it and there is room; in its inbox otherwise (its task hands it on)."""
+        out = self.out
+        if out is not None and not self.relaying and self.inbox.empty() and not out.full():
+            out.put_nowait(batch)
         else:
-            new = place.time_us >= self.start_us
-        if new:
-            self.places[place.seqnum_id] = place
-            self.moved = True
-            if len(self.places) > MAX_FILES:
-                del self.places[min(self.places.values(), key=_time).seqnum_id]
-        return new
+            self.inbox.put_nowait(batch)
 
     def batch(self, caught_up: bool) -> Batch | None:
         """What this step gathered, as a Batch (None when there is nothing to say)."""
@@ -170,14 +187,11 @@ class Collector:
             while True:
                 gathered, caught_up = await asyncio.to_thread(self._step)
                 self._pending = None  # (taken: a runner cancelled before this leaves it)
-                own: list[Batch] = []
                 for host, batch in gathered:
                     if host is me:
-                        own.append(batch)
+                        await out.put(batch)
                     elif host.active:
-                        host.inbox.put_nowait(batch)
-                for batch in own:
-                    await out.put(batch)
+                        host.hand(batch)
                 await self._room()
                 if caught_up:
                     await asyncio.sleep(POLL_S)
@@ -193,7 +207,7 @@ class Collector:
             await self.drained.wait()
 
     def _step(self) -> Step:
-        """Read up to BATCH entries (blocking: in a worker thread), each to its host's node:
+        """Read up to a step's entries (blocking: in a worker thread), each to its host's node:
         the Batches made, and whether the end was reached. A step a cancelled reader's task
         took is handed to the next first."""
         with self._lock:
@@ -221,9 +235,14 @@ class Collector:
         return out, caught_up
 
     def _entries(self, files: Files, hosts: dict[bytes, Host]) -> None:
-        """Read up to BATCH entries into their hosts' gathered lines."""
-        for reader in files.entries(BATCH):
-            get, realtime = reader._get, reader._get_realtime
+        """Read up to a step's entries into their hosts' gathered lines."""
+        # (per entry: so the Reader's methods are looked up once a file, not once an entry)
+        last: JournalReader | None = None
+        for reader in files.entries(max(BATCH, BATCH_PER_HOST * len(hosts))):
+            if reader is not last:
+                last = reader
+                get, realtime, monotonic = reader._get, reader._get_realtime, reader._get_monotonic
+                cursor = reader._get_cursor
             try:
                 name = get("_HOSTNAME")
             except KeyError:
@@ -233,13 +252,13 @@ class Collector:
                 self._unheard(name)
                 continue
             t = realtime()
-            mono, boot = reader._get_monotonic()
+            mono, boot = monotonic()
             try:
                 raw = get("MESSAGE")
             except KeyError:
                 raw = b""
-            place = Place.of(reader._get_cursor())
-            if place is None or not host.takes(place, hash((mono, boot, t, raw))):
+            here = seqnum_of(cursor())
+            if here is None or not host.takes(here[0], here[1], t, hash((mono, boot, t, raw))):
                 continue
             host.entries += 1
             if not fits(t):  # a clock far off, a corrupt entry: its line is a parse error
@@ -311,6 +330,7 @@ class RemoteSource:
         if collector is None:
             collector = _COLLECTORS[key] = Collector(node.directory, node.unit)
         me = Host(node.name, node.host, self.since_us, self.position)
+        me.out = out
         collector.join(me)
         try:
             while True:
@@ -319,7 +339,11 @@ class RemoteSource:
                 item = await me.inbox.get()
                 collector.drained.set()
                 if item is not None:
-                    await out.put(item)
+                    me.relaying = True
+                    try:
+                        await out.put(item)
+                    finally:
+                        me.relaying = False
         except SourceError as e:
             raise SourceError(f"node {node.name}: {e}") from e
         finally:

@@ -185,6 +185,14 @@ def collectors() -> list[Collector]:
     return remotereader.collectors()
 
 
+def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps of 7 entries, however many hosts: many Batches, many positions."""
+    from exporter.sources import remotereader
+
+    monkeypatch.setattr(remotereader, "BATCH", 7)
+    monkeypatch.setattr(remotereader, "BATCH_PER_HOST", 0)
+
+
 class Following:
     """Nodes followed at once, as the daemon does, every Batch on one queue; gathered by node."""
 
@@ -436,9 +444,8 @@ async def read_all(f: Following, want: dict[str, int]) -> Following:
 def test_resuming_from_a_batchs_position_gives_exactly_the_rest(
     tmp_path: Path, layout: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from exporter.sources import remotereader
 
-    monkeypatch.setattr(remotereader, "BATCH", 7)  # many Batches, many positions
+    small_steps(monkeypatch)  # many Batches, many positions
     written = {n: requests(n, 10) for n in HOSTS}
     lay_out(tmp_path, layout, written)
 
@@ -472,9 +479,8 @@ def test_nodes_that_start_at_once_from_their_own_places_get_exactly_the_rest(
 ) -> None:
     """The daemon started again: every node resumes from its own position at once, the first
     node to start further on than the others."""
-    from exporter.sources import remotereader
 
-    monkeypatch.setattr(remotereader, "BATCH", 7)
+    small_steps(monkeypatch)
     written = {n: requests(n, 10) for n in HOSTS}
     lay_out(tmp_path, "own", written)
 
@@ -507,9 +513,8 @@ def test_a_cursor_of_a_vacuumed_file_resumes_by_its_time(
     """The host's file was vacuumed; its entries from second `kept_from` on are in a file of a
     new address (uploaded again: the same entries, other cursors), from before the saved
     place (1) or only after it (9)."""
-    from exporter.sources import remotereader
 
-    monkeypatch.setattr(remotereader, "BATCH", 7)
+    small_steps(monkeypatch)
     old, new = file_of(tmp_path, "a"), tmp_path / "remote-10.77.9.9.journal"
     written = requests("a", 10)
     write_host_journal(old, written, who("a"))
@@ -551,9 +556,8 @@ def test_a_host_that_moved_to_a_new_address_is_read_from_both_files(
 ) -> None:
     """Its entries up to the move in the old address's file, the later ones in the new one's.
     Each file as the new one, so that whichever order the directory lists them in comes."""
-    from exporter.sources import remotereader
 
-    monkeypatch.setattr(remotereader, "BATCH", 7)
+    small_steps(monkeypatch)
     (old_name,) = set(MOVED) - {new_name}
     before, after = requests("a", 6), requests("a", 6, start=6)
     write_host_journal(tmp_path / old_name, before, who("a"))
@@ -627,9 +631,8 @@ def test_a_node_that_joins_further_on_makes_no_other_skip_entries(
 ) -> None:
     """b reads a long backlog in small steps; a joins meanwhile from a place near the end of
     its own file: b still gets every entry (the reader goes back for a node, never forward)."""
-    from exporter.sources import remotereader
 
-    monkeypatch.setattr(remotereader, "BATCH", 7)
+    small_steps(monkeypatch)
     written = {n: requests(n, 300) for n in "ab"}
     lay_out(tmp_path, "own", written)
     at = unit_cursors(file_of(tmp_path, "a"), "a")[-10]
@@ -779,10 +782,10 @@ def test_a_file_rotated_while_read_is_read_to_its_end_and_its_successor_from_its
     """The collector rotates a file: it renames it (`NAME@...`) and writes on in a new file of
     the old name. The renamed one is read to its end (it is not opened again by its name, which
     is now the new file's), then closed; the new one is read from its start."""
-    from exporter.sources import remotefiles, remotereader
+    from exporter.sources import remotefiles
 
     monkeypatch.setattr(remotefiles, "REMAP_S", 0.0)  # (opened again at every end reached)
-    monkeypatch.setattr(remotereader, "BATCH", 7)
+    small_steps(monkeypatch)
     first, second = requests("a", 20), requests("a", 10, start=20)
     path = file_of(tmp_path, "a")
     write_host_journal(path, first, who("a"))
