@@ -211,14 +211,17 @@ def start_fleet(kind: str, nodes: int, directory: Path, t0_us: int, gateways: in
         raise RuntimeError("the remote kind needs " + ", ".join(lacking))
     fleet = _remotefleet.Fleet(directory, nodes, gateways, t0_us)
     try:
-        # the backlog written, and every entry of it at the collector
+        # the backlog written, and every entry of it at the collector (the entries written
+        # since go on coming: a busy fleet's collector is always a little behind its writer)
         began = now_us()
+        backlog: list[int] = []
 
         def uploaded() -> bool:
             if (problem := fleet.down()) is not None:
                 raise RuntimeError(problem)
-            stats = fleet.stats()
-            return stats["until_us"] >= began and fleet.collected() >= stats["entries"]
+            if not backlog and (stats := fleet.stats())["until_us"] >= began:
+                backlog.append(stats["entries"])
+            return bool(backlog) and fleet.collected() >= backlog[0]
 
         if not poll(uploaded, READY_S + nodes * READY_PER_NODE_S, POLL_S):
             raise RuntimeError(

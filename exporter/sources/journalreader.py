@@ -53,8 +53,16 @@ def open_matched(
         reader = journal._Reader(0, files=[str(f) for f in files])
     else:
         reader = journal._Reader(journal.LOCAL_ONLY)
+    match(reader, unit, host)
+    return reader
+
+
+def match(reader: JournalReader, unit: str, host: bytes | str | None = None) -> None:
+    """Match `reader` on `unit` as `journalctl -u` is (and on `host`'s `_HOSTNAME` if given),
+    in place of what it was matched on."""
+    reader.flush_matches()
     if host is not None:
-        reader.add_match(f"_HOSTNAME={host}".encode())
+        reader.add_match(b"_HOSTNAME=" + (host.encode() if isinstance(host, str) else host))
         reader.add_conjunction()
     # what `journalctl -u UNIT` shows: the unit's own lines, and systemd's about it
     # (Started, Stopping, Failed with result ...: the parser's server state)
@@ -62,7 +70,6 @@ def open_matched(
     reader.add_disjunction()
     reader.add_match(f"UNIT={unit}".encode())
     reader.add_match(b"_PID=1")
-    return reader
 
 
 class JournalSource:

@@ -17,7 +17,8 @@ new to it, seeks so.)
 
 A Reader maps the parts of its file it has read, and keeps them mapped (up to 512 MiB): the
 file's pages then count in the exporter's resident memory, growing as the file does. So a file
-read to its end is opened again at its last entry every REMAP_S, which lets them go.
+is opened again where it stands, which lets them go: after every REMAP_ENTRIES entries read
+from it (a backlog, a busy fleet), and every REMAP_S once read to its end.
 Blocking throughout: used from one worker thread at a time.
 """
 
@@ -34,12 +35,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from exporter.sources.base import SourceError
-from exporter.sources.journalreader import JournalReader, open_matched
+from exporter.sources.journalreader import JournalReader, match, open_matched
 
 log = logging.getLogger(__name__)
 
 FileKey = tuple[int, int]  # a file's device and inode: the same file, whatever its name
-REMAP_S = 10.0  # a file read to its end is opened again this often (see the module docstring)
+# a file is opened again after this many entries read, or this often once read to its end (see
+# the module docstring; an entry takes 400-900 bytes of a collector's file: a few MB mapped)
+REMAP_ENTRIES, REMAP_S = 4_000, 10.0
 _CURSOR_FIELD = re.compile(r"(?:^|;)([sit])=([0-9a-fA-F]+)")
 
 
@@ -113,6 +116,7 @@ class Opened:
     at: int | None
     archived: bool
     since: float  # (monotonic seconds)
+    read: int  # entries read since it was opened
     head_us: int  # the time of its first entry (files are read oldest first)
 
 
@@ -172,7 +176,7 @@ class Files:
         reader.seek_head()
         first = _here(reader) if reader._next() else None
         head_us = first.time_us if first is not None else 1 << 62
-        opened = Opened(reader, key, name, None, None, "@" in name, time.monotonic(), head_us)
+        opened = Opened(reader, key, name, None, None, "@" in name, time.monotonic(), 0, head_us)
         self._open[key] = opened
         if first is None:  # (empty as yet: read from its head)
             reader.seek_head()
@@ -221,29 +225,32 @@ class Files:
         for key in keys[start:] + keys[:start]:
             opened = self._open[key]
             reader = opened.reader
-            read = False
-            while budget > 0 and reader._next():
-                budget -= 1
-                read = True
+            read = 0
+            while read < budget and reader._next():
+                read += 1
                 yield reader
+            budget -= read
             if read:
                 here = _here(reader)
                 if here is not None:
                     opened.seqnum_id, opened.at = here.seqnum_id, here.seqnum
+            opened.read += read
             if budget <= 0:
                 self.exhausted = False
                 self._turn = keys.index(key)  # (the next step goes on with this file)
+                if opened.read >= REMAP_ENTRIES:
+                    self._reopen(opened)
                 return
             if opened.archived:
                 reader.close()
                 del self._open[key]
                 self._done.add(key)
-            elif time.monotonic() - opened.since >= REMAP_S:
+            elif opened.read >= REMAP_ENTRIES or time.monotonic() - opened.since >= REMAP_S:
                 self._reopen(opened)
 
     def _reopen(self, opened: Opened) -> None:
         """`opened`'s file opened again where it stands (its pages unmapped)."""
-        opened.since = time.monotonic()
+        opened.since, opened.read = time.monotonic(), 0
         if opened.seqnum_id is None or opened.at is None:
             return
         cursor = f"s={opened.seqnum_id};i={opened.at + 1:x}"
@@ -268,6 +275,24 @@ class Files:
         for opened in self._open.values():
             opened.reader.close()
         self._open.clear()
+
+
+def hosts_seen(directory: Path, unit: str) -> list[bytes]:
+    """The host names (`_HOSTNAME`) that entries of `unit` in `directory`'s journal files carry,
+    sorted; OSError when the directory cannot be read."""
+    if not directory.is_dir():
+        raise OSError(f"{directory} is not a directory")
+    reader = open_matched(unit, directory=directory)
+    try:
+        seen = []
+        for host in sorted(reader.query_unique("_HOSTNAME")):
+            match(reader, unit, host)
+            reader.seek_head()
+            if reader._next():
+                seen.append(host)
+        return seen
+    finally:
+        reader.close()
 
 
 def _key_of(path: Path) -> FileKey:

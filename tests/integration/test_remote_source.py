@@ -802,6 +802,40 @@ def test_a_file_rotated_while_read_is_read_to_its_end_and_its_successor_from_its
     check_node(f, "a", first + second)
 
 
+def test_a_file_opened_again_mid_read_loses_and_repeats_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file is opened again after every REMAP_ENTRIES entries read (its mapped pages let go),
+    here in the middle of steps of a shared file, between entries of other units and hosts:
+    every node still gets each of its entries once, in order."""
+    from exporter.sources import remotefiles
+
+    monkeypatch.setattr(remotefiles, "REMAP_ENTRIES", 3)
+    small_steps(monkeypatch)
+    reopened = [0]
+    reopen = remotefiles.Files._reopen
+
+    def counted(self: remotefiles.Files, opened: remotefiles.Opened) -> None:
+        reopened[0] += 1
+        reopen(self, opened)
+
+    monkeypatch.setattr(remotefiles.Files, "_reopen", counted)
+    written = {n: requests(n, 6) for n in HOSTS}
+    lay_out(tmp_path, "nat", written)
+
+    async def main(f: Following) -> Following:
+        for name in "ab":
+            f.start(node(tmp_path, name))
+        await f.read({n: len(unit(written[n])) for n in "ab"})
+        return f
+
+    f = follow(main)
+    for name in "ab":
+        check_node(f, name, written[name])
+    # (each step of 7 entries ends past 3 read: opened again every step, mid-file)
+    assert reopened[0] >= sum(len(unit(e)) for e in written.values()) // 7 - 1
+
+
 # -- 8. a missing directory; a host name with control characters --------------------------------
 
 
