@@ -9,6 +9,8 @@ from pathlib import Path
 from exporter.base import logs
 from exporter.commands import preflight
 from exporter.commands.loading import SERVICE_CREDENTIALS, ServiceEnv, names_credentials_at
+from exporter.commands.seen import with_hosts_seen
+from exporter.config.errors import ConfigError
 from exporter.config.schema import describe
 from exporter.sources import registry as sources
 
@@ -41,7 +43,11 @@ def main(path: Path, *, as_service: bool = False, web_config: Path | None = None
         log.warning("%s", warning)
     if found or checked.config is None:
         return 1
-    cfg = checked.config
+    try:
+        cfg = with_hosts_seen(checked.config, checked.source)
+    except ConfigError as e:
+        log.error("%s", e, extra=logs.LINES)
+        return 1
     print(f"{checked.source}: valid, {len(cfg.nodes) + len(cfg.init_timelines)} node(s)")
     for line in describe(cfg):
         print(f"  {line}")

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from exporter.base import logs
 from exporter.commands import preflight
+from exporter.commands.seen import with_hosts_seen
 from exporter.config.document import document, read_text
 from exporter.config.errors import ConfigError
 from exporter.config.load import parse
@@ -68,7 +69,7 @@ def load_config(path: Path, *, as_service: bool = False, from_shell: bool = Fals
     env = ServiceEnv(os.environ) if as_service or from_shell else os.environ
     try:
         text = read_text(path)
-        cfg = parse(text, str(path), env, available=sources.AVAILABLE)
+        cfg = with_hosts_seen(parse(text, str(path), env, available=sources.AVAILABLE), str(path))
     except ConfigError as e:
         log.error("%s", e, extra=logs.LINES)
         return None

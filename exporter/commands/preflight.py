@@ -70,6 +70,9 @@ def named_paths(cfg: Config) -> Iterator[Named]:
         yield from paths(n, f"nodes[{_index(cfg, n.name, i)}]")
     for t in cfg.init_timelines:
         yield from paths(t, f"nodes[{_index(cfg, t.name, 0)}]")
+    for h in cfg.hosts_seen:
+        at = f"nodes[{_index(cfg, h.name, 0)}].directory"
+        yield Named(at, h.directory, directory=True, regular=False)
     if cfg.web_config_file is not None:
         yield Named("web_config_file", cfg.web_config_file)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from exporter import __version__
 from exporter.base import logs
 from exporter.commands.loading import load_config
+from exporter.commands.seen import with_hosts_seen
 from exporter.config.errors import ConfigError
 from exporter.config.load import load
 from exporter.config.schema import Config, describe
@@ -50,7 +51,7 @@ def main(path: Path, listen: tuple[str, int] | None = None, web_config: Path | N
     def reloader() -> Config:
         """The config re-read (SIGHUP), the options still over it; ConfigError else."""
         new = load(path, os.environ, available=sources.AVAILABLE)
-        return with_options(new, listen, web_config)
+        return with_options(with_hosts_seen(new, str(path)), listen, web_config)
 
     from exporter.daemon import daemon  # (the report and the checks need none of it
 

@@ -42,6 +42,14 @@ from exporter.sources.registry import (
     NodeConfig,
     describe,
 )
+from exporter.sources.remote import (
+    HOST,
+    SEEN,
+    RemoteHosts,
+    check_seen,
+    describe_seen,
+    is_hosts_seen,
+)
 
 _POSITIVE = "must be a positive integer"
 _PATH = None  # (a setting's kind: a path, read by the checker with its environment)
@@ -113,7 +121,7 @@ def config_of(data: Any, checker: Checker, available: frozenset[str] = ALL_SOURC
         for key, kind, what in _SETTINGS
     }
     kinds = _kinds(checker, top.get("kinds")) if "kinds" in top else d.kinds
-    nodes, timelines, names = _nodes(checker, top.get("nodes"), unit, available)
+    nodes, timelines, seen, names = _nodes(checker, top.get("nodes"), unit, available)
     return Config(
         listen_host=host,
         listen_port=port,
@@ -122,6 +130,7 @@ def config_of(data: Any, checker: Checker, available: frozenset[str] = ALL_SOURC
         kinds=kinds,
         nodes=nodes,
         init_timelines=timelines,
+        hosts_seen=seen,
         node_order=names,
         web_config_file=checker.get(
             top, "web_config_file", "", checker.path, d.web_config_file, "must be a path"
@@ -170,14 +179,17 @@ def _kind(checker: Checker, path: str, item: Any) -> KindRule | None:
 
 def _nodes(
     checker: Checker, value: Any, unit: str, available: frozenset[str]
-) -> tuple[tuple[NodeConfig, ...], tuple[InitTimelineNode, ...], tuple[str, ...]]:
-    """The journal nodes, the init-timeline nodes, and every node's name by its place in the
-    list ("" for one without a valid name)."""
+) -> tuple[
+    tuple[NodeConfig, ...], tuple[InitTimelineNode, ...], tuple[RemoteHosts, ...], tuple[str, ...]
+]:
+    """The journal nodes, the init-timeline nodes, the `hosts: seen` entries, and every node's
+    name by its place in the list ("" for one without a valid name)."""
     if not isinstance(value, list) or not value:
         checker.problem("nodes", f"must be a non-empty list of nodes, got {show(value)}")
-        return (), (), ()
+        return (), (), (), ()
     nodes: list[NodeConfig] = []
     timelines: list[InitTimelineNode] = []
+    groups: list[RemoteHosts] = []
     names: list[str] = []
     seen: set[str] = set()
     claimed: dict[Hashable, str] = {}  # what a node reads that no other may, and which node
@@ -189,14 +201,16 @@ def _nodes(
         _claim(checker, f"nodes[{i}]", node, claimed)
         if isinstance(node, InitTimelineNode):
             timelines.append(node)
+        elif isinstance(node, RemoteHosts):
+            groups.append(node)
         elif node is not None:
             nodes.append(node)
-    return tuple(nodes), tuple(timelines), tuple(names)
+    return tuple(nodes), tuple(timelines), tuple(groups), tuple(names)
 
 
 def _node(
     checker: Checker, path: str, item: Any, unit: str, available: frozenset[str], seen: set[str]
-) -> tuple[str, AnyNode | None]:
+) -> tuple[str, AnyNode | RemoteHosts | None]:
     """One node of `nodes:`: its name ("" when it has no valid one) and the node, checked by its
     kind (None when it cannot be used); `seen`: the names before it."""
     source = item.get("source") if isinstance(item, dict) else None
@@ -212,7 +226,12 @@ def _node(
         )
     n = checker.mapping(item, path, kind.keys)
     name = checker.get(
-        n, "name", path, as_node_name, None, "must be a name of letters, digits, _ . : -"
+        n,
+        "name",
+        path,
+        _name_pattern if is_hosts_seen(item) else as_node_name,
+        None,
+        "must be a name of letters, digits, _ . : -",
     )
     if name is None:
         if "name" not in n:
@@ -220,18 +239,35 @@ def _node(
         return "", None
     if name in seen:
         checker.problem(f"{path}.name", f"node {name!r} is defined twice")
-    return name, kind.check(checker, path, NodeEntry(name, n, unit))
+    entry = NodeEntry(name, n, unit)
+    if is_hosts_seen(item):
+        return name, check_seen(checker, path, entry)
+    return name, kind.check(checker, path, entry)
 
 
-def _claim(checker: Checker, path: str, node: AnyNode | None, claimed: dict[Hashable, str]) -> None:
+def _name_pattern(value: Any) -> str:
+    """A `hosts: seen` entry's name: a node's name with `{host}` in it (checked by its kind)."""
+    if not isinstance(value, str):
+        raise ValueError("")
+    as_node_name(value.replace(HOST, "host"))
+    return value
+
+
+def _claim(
+    checker: Checker, path: str, node: AnyNode | RemoteHosts | None, claimed: dict[Hashable, str]
+) -> None:
     """A problem when `node` reads what a node before it reads (one host of a collector's
     directory twice would count its entries twice)."""
-    claims = None if node is None else KINDS[node.source].claims
-    if node is None or claims is None:
-        return
-    claim = claims(node)
+    if isinstance(node, RemoteHosts):  # (every host of its directory not listed by a node)
+        claim: Hashable = (node.source, str(node.directory), node.unit, SEEN)
+    else:
+        claims = None if node is None else KINDS[node.source].claims
+        if node is None or claims is None:
+            return
+        claim = claims(node)
     if claim in claimed:
-        checker.problem(path, f"it reads what node {claimed[claim]!r} reads: {describe(node)}")
+        what = describe(node) if not isinstance(node, RemoteHosts) else describe_seen(node)
+        checker.problem(path, f"it reads what node {claimed[claim]!r} reads: {what}")
     else:
         claimed[claim] = node.name
 

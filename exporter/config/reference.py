@@ -54,7 +54,8 @@ _NODE_CLASSES: dict[str, type[Any]] = {
     "ssh": SshNode,
     "init-timeline": InitTimelineNode,
 }
-_NO_DEFAULT = ("name", "source")  # a node's keys the config requires, whatever its dataclass says
+_NO_DEFAULT = ("name", "source", "hosts")  # a node's keys the config requires or that have no
+# default of their own, whatever its dataclass says
 
 
 def _seconds(limit: float) -> str:
@@ -233,6 +234,14 @@ _NODE: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "host",
         ("journal-remote",),
         "The host name the node's entries carry (their `_HOSTNAME`). Default: the node's name.",
+    ),
+    (
+        "hosts",
+        ("journal-remote",),
+        "Give `seen` for a node for every host whose entries of the unit are in the directory, "
+        "in place of one `host`. The hosts are looked for when the config is read: at start "
+        "and at each reload. The entry's `name` then holds `{host}`, which each host's name "
+        "replaces. A host that another node names keeps that node.",
     ),
     ("host", ("ssh",), f"{REQUIRED} The node's host name or IP address."),
     ("port", ("ssh",), f"The node's SSH port, 1 to {MAX_PORT}."),

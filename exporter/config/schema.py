@@ -18,6 +18,7 @@ from exporter.parse.parser import DEFAULT_SLOTS
 from exporter.sources.inittimeline import InitTimelineNode
 from exporter.sources.registry import NodeConfig
 from exporter.sources.registry import describe as describe_node
+from exporter.sources.remote import RemoteHosts
 
 DEFAULT_PATH = Path("/etc/sm-llm-exporter/config.yaml")
 
@@ -46,6 +47,9 @@ class Config:
     kinds: Kinds = field(default_factory=lambda: Kinds(DEFAULT_RULES))
     nodes: tuple[NodeConfig, ...] = ()
     init_timelines: tuple[InitTimelineNode, ...] = ()  # `source: init-timeline` nodes
+    # `journal-remote` entries with `hosts: seen`: their nodes are made when the config is read
+    # (`commands/seen.py`), and are in `nodes` from then on
+    hosts_seen: tuple[RemoteHosts, ...] = ()
     # every node's name by its place in `nodes:` ("" where a node has no valid name): for key
     # paths, no setting of its own
     node_order: tuple[str, ...] = field(default=(), compare=False)

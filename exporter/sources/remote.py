@@ -5,6 +5,10 @@ it with `systemd-journal-upload`. A node of this kind names the collector's outp
 and its host: the `_HOSTNAME` its entries carry (by default the node's name). The nodes of one
 directory share one reader (`sources/remotereader.py`, which needs systemd-python), which hands
 each entry to the node of its host.
+
+An entry with `hosts: seen` in place of `host` is a `RemoteHosts`: a node for every host whose
+entries of the unit are in the directory when the config is read (at start and at each
+reload), named by the entry's `name` with `{host}` in it (`commands/seen.py` makes them).
 """
 
 from __future__ import annotations
@@ -29,19 +33,61 @@ class RemoteNode:
     source: str = SOURCE
 
 
+@dataclass(frozen=True)
+class RemoteHosts:
+    """`hosts: seen`: a node for each host seen in a collector's directory, named by `name`
+    with the host in place of `{host}`."""
+
+    name: str  # with `{host}` in it
+    unit: str
+    directory: Path
+    source: str = SOURCE
+
+    def node(self, host: str) -> RemoteNode:
+        """The node of `host` (its name may not be a valid one: check it)."""
+        return RemoteNode(self.name.replace(HOST, host), self.unit, self.directory, host)
+
+
+HOST = "{host}"  # in a `hosts: seen` entry's name: the host's name
+SEEN = "seen"  # the one value of `hosts:`
+
+
 def check(checker: Checker, path: str, entry: NodeEntry) -> RemoteNode | None:
     """A `journal-remote` node: a collector's directory and the node's host in it."""
     n = entry.keys
     unit = node_unit(checker, path, entry)
-    directory = checker.get(n, "directory", path, checker.path, None, "must be a path")
-    if directory is None and n.get("directory") is None:
-        checker.problem(path, "a journal-remote node needs the collector's directory")
+    directory = _directory(checker, path, n)
     host = checker.get(
         n, "host", path, as_host, entry.name, "must be a host name (the entries' _HOSTNAME)"
     )
-    if directory is None:
-        return None
-    return RemoteNode(entry.name, unit, directory, host)
+    return None if directory is None else RemoteNode(entry.name, unit, directory, host)
+
+
+def check_seen(checker: Checker, path: str, entry: NodeEntry) -> RemoteHosts | None:
+    """A `journal-remote` entry with `hosts: seen`: a node for every host seen in a collector's
+    directory, each named by the entry's name with the host in place of `{host}`."""
+    n = entry.keys
+    unit = node_unit(checker, path, entry)
+    directory = _directory(checker, path, n)
+    if n["hosts"] != SEEN:
+        checker.problem(f"{path}.hosts", f"must be {SEEN} (a node for every host seen)")
+    if "host" in n:
+        checker.problem(path, "give host or hosts: seen, not both")
+    if HOST not in entry.name:
+        checker.problem(f"{path}.name", f"with hosts: seen, must have {HOST} in it")
+    return None if directory is None else RemoteHosts(entry.name, unit, directory)
+
+
+def _directory(checker: Checker, path: str, n: dict[str, object]) -> Path | None:
+    directory: Path | None = checker.get(n, "directory", path, checker.path, None, "must be a path")
+    if directory is None and n.get("directory") is None:
+        checker.problem(path, "a journal-remote node needs the collector's directory")
+    return directory
+
+
+def is_hosts_seen(item: object) -> bool:
+    """Is this node's mapping under `nodes:` a `hosts: seen` entry (its name a pattern)?"""
+    return isinstance(item, dict) and item.get("source") == SOURCE and "hosts" in item
 
 
 def paths(node: RemoteNode, at: str) -> Iterator[Named]:
@@ -55,15 +101,22 @@ def describe(node: RemoteNode) -> str:
     )
 
 
+def describe_seen(hosts: RemoteHosts) -> str:
+    return (
+        f"nodes {hosts.name}: every host seen in the collector's directory {hosts.directory}, "
+        f"unit {hosts.unit}"
+    )
+
+
 def claims(node: RemoteNode) -> Hashable:
-    """What no other node may read as well: its host in its directory."""
-    return (SOURCE, str(node.directory), node.host)
+    """What no other node may read as well: its host's entries of its unit in its directory."""
+    return (SOURCE, str(node.directory), node.unit, node.host)
 
 
 KIND = SourceKind(
     SOURCE,
     RemoteNode,
-    COMMON_KEYS | {"unit", "directory", "host"},
+    COMMON_KEYS | {"unit", "directory", "host", "hosts"},
     check,
     paths,
     describe,

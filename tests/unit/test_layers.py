@@ -110,7 +110,7 @@ LEVELS: list[set[str]] = [
     {"exporter.web.watched"},
     {"exporter.web.gate"},
     {"exporter.web.connection"},
-    {"exporter.web.server", "exporter.commands.preflight"},
+    {"exporter.web.server", "exporter.commands.preflight", "exporter.commands.seen"},
     {"exporter.commands.output", "exporter.commands.loading"},
     {
         "exporter.commands.backfill",
