@@ -141,8 +141,18 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.writing_paused = False
+        # The answer goes on a callback later, not in here: asyncio calls this from its socket
+        # transport's _write_ready, which, finding its buffer empty and the transport closing
+        # when this returns, calls _call_connection_lost itself; but a close() or abort() made
+        # in here (the answer's end all taken, then Connection: close or the client's EOF) saw
+        # the buffer empty and scheduled that call already. connection_lost would run twice,
+        # the second an AttributeError for the loop's exception handler (CPython gh-156512,
+        # unfixed in 3.11).
+        asyncio.get_running_loop().call_soon(self._resumed)
+
+    def _resumed(self) -> None:
         closing = self.transport is None or self.transport.is_closing()
-        if self.phase == WRITE and not self.gone and not closing:
+        if self.phase == WRITE and not self.gone and not closing and not self.writing_paused:
             self._pump()
             self._next()
 

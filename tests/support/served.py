@@ -1,15 +1,19 @@
 """The real HTTP server (exporter.web.server) on 127.0.0.1 in a thread of its own, with a web config,
-and clients for it: plain HTTP, or TLS with the test CA (and a client certificate)."""
+and clients for it: plain HTTP, or TLS with the test CA (and a client certificate); a /metrics
+of any size, made already (`made_site`), and what a non-blocking client has been sent (`take`)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import http.client
+import socket
 import ssl
 import threading
 from pathlib import Path
+from typing import cast
 
+from exporter.exposition.published import Published
 from exporter.web.routes import Site
 from exporter.web.server import HttpServer
 
@@ -68,3 +72,34 @@ def client_context(ca: Authority, client: Pair | None = None) -> ssl.SSLContext:
     if client is not None:
         ctx.load_cert_chain(client.cert, client.key)
     return ctx
+
+
+class Made:
+    """A published /metrics of `size` bytes, made already (as a Published whose body is rendered)."""
+
+    def __init__(self, size: int) -> None:
+        self.made = b"x" * size
+
+    def ready(self, gzipped: bool, openmetrics: bool = False) -> bytes:
+        return self.made
+
+    def body(self, gzipped: bool, openmetrics: bool = False) -> bytes:
+        return self.made
+
+
+def made_site(size: int) -> Site:
+    """A site whose /metrics is `size` bytes, made already."""
+    return Site(metrics=cast(Published, Made(size)), ready=lambda: True)
+
+
+def take(sock: socket.socket, into: bytearray) -> bool:
+    """What the non-blocking `sock` has been sent so far, added to `into`; True once the server's
+    end (a FIN) is in too."""
+    while True:
+        try:
+            chunk = sock.recv(1 << 20)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            return True
+        into += chunk

@@ -3,7 +3,9 @@
 - `require_tool` / `missing`: a tool that is not installed fails the test in CI (`make test`
   installs it, as root) and skips it elsewhere.
 - `wait_for`, `until_right`: wait on a condition with a deadline (never a sleep that hopes);
-  `poll` is the same wait for a caller that decides itself what a timeout means .
+  `poll` is the same wait for a caller that decides itself what a timeout means; `until` is
+  `wait_for` in a coroutine, on the event loop it waits on, and `turn` waits for the callbacks
+  that loop has scheduled already.
 - `free_port`: a port of 127.0.0.1 that was free a moment ago, for servers that cannot report a
   kernel-chosen one (their callers retry on a clash).
 - `deadline`: a hang of code run in this thread becomes a `Hang` exception (SIGALRM).
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -70,6 +73,30 @@ def wait_for(check: Callable[[], T | None], timeout: float = 10.0, what: str = "
     if found:
         return found
     pytest.fail(f"timed out after {timeout} s waiting for {what or check}; last: {last[0]!r}")
+
+
+async def until(
+    check: Callable[[], T | None], timeout: float = 10.0, what: str = "", every: float = 0.005
+) -> T:
+    """`wait_for` in a coroutine: `check` between the running loop's turns (`every` seconds
+    apart) until it returns something truthy, or fail after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() >= end:
+            pytest.fail(f"timed out after {timeout} s waiting for {what or check}; last: {found!r}")
+        await asyncio.sleep(every)
+
+
+async def turn() -> None:
+    """Every callback the running loop had scheduled (call_soon) when this was called has run:
+    the loop runs them in the order they were scheduled."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.call_soon(done.set_result, None)
+    await done
 
 
 def until_right(

@@ -14,6 +14,8 @@ from exporter.web.deadlines import HEAD, IDLE, WRITE, Deadlines, Phase
 from exporter.web.gate import Gate
 from exporter.web.routes import Page, Site
 
+from support.tools import turn
+
 HEALTHY = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n"
     b"Connection: keep-alive\r\n\r\nOK\n"
@@ -97,6 +99,12 @@ def phase(conn: Connection) -> Phase:
     return conn.phase
 
 
+async def resumed(conn: Connection) -> None:
+    """The transport takes writes again: resume_writing, and the loop's turn that goes on."""
+    conn.resume_writing()
+    await turn()
+
+
 def connected(site: Site | None = None) -> tuple[Connection, Transport]:
     host = Host(site or Site(ready=lambda: True))
     conn = Connection(host, whole=False)
@@ -156,7 +164,7 @@ def test_an_answer_not_taken_waits_in_write_then_goes_on() -> None:
     conn.data_received(b"GET /metrics HTTP/1.1\r\n\r\nGET /-/healthy HTTP/1.1\r\n\r\n")
     assert phase(conn) == WRITE and len(transport.sent) == WRITE_CHUNK  # one piece only
     transport.taking = True
-    conn.resume_writing()
+    asyncio.run(resumed(conn))
     head, _, rest = bytes(transport.sent).partition(b"\r\n\r\n")
     assert f"Content-Length: {size}".encode() in head
     assert rest == b"x" * size + HEALTHY  # (then the pipelined one)
