@@ -38,7 +38,17 @@ from exporter.base.records import (
     Record,
 )
 
-RING_SIZE = 4096  # intervals kept per node for the status page
+# Intervals kept per node for the status page: RING_SIZE, or fewer in a large fleet, so that all
+# the rings hold RING_BUDGET at most (an interval costs about 200 bytes; 2,000 nodes at 4,096
+# each held 1.6 GB), but never fewer than RING_MIN.
+RING_SIZE, RING_BUDGET, RING_MIN = 4096, 262_144, 32
+
+
+def ring_size(nodes: int) -> int:
+    """The intervals each node's ring keeps, in a fleet of `nodes`."""
+    return max(RING_MIN, min(RING_SIZE, RING_BUDGET // max(1, nodes)))
+
+
 MAX_RECTS = 4000  # exact intervals a Window keeps before it bins
 BINS = 600  # bins of a Window
 
@@ -61,11 +71,14 @@ def outcome(iv: Interval) -> str:
 
 
 class Recent:
-    """Each known node's most recent intervals, oldest first, at most `size` a node."""
+    """Each known node's most recent intervals, oldest first, at most `size` a node (by default
+    `ring_size` of the nodes known, again at each `keep`)."""
 
-    def __init__(self, nodes: Iterable[str], size: int = RING_SIZE) -> None:
-        self.size = size
-        self.rings: dict[str, deque[Interval]] = {n: deque(maxlen=size) for n in nodes}
+    def __init__(self, nodes: Iterable[str], size: int | None = None) -> None:
+        names = list(dict.fromkeys(nodes))
+        self._fixed = size
+        self.size = size if size is not None else ring_size(len(names))
+        self.rings: dict[str, deque[Interval]] = {n: deque(maxlen=self.size) for n in names}
         # per node, the last copy: (its newest interval, the tuple)
         self._copies: dict[str, tuple[Interval | None, tuple[Interval, ...]]] = {}
 
@@ -83,6 +96,11 @@ class Recent:
         """After a config reload: rings for new nodes, none for removed ones, the others kept."""
         wanted = list(dict.fromkeys(nodes))
         old = self.rings
+        size = self._fixed if self._fixed is not None else ring_size(len(wanted))
+        if size != self.size:  # (the fleet grew or shrank: each ring to its new share)
+            self.size = size
+            old = {n: deque(ring, maxlen=size) for n, ring in old.items()}
+            self._copies.clear()
         self.rings = {n: old[n] if n in old else deque(maxlen=self.size) for n in wanted}
 
     def copy(

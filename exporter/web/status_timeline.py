@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Mapping
 from html import escape
 
-from exporter.accounting.lanes import RING_SIZE, Step, Window
+from exporter.accounting.lanes import Step, Window, ring_size
 from exporter.web import timeline
 from exporter.web.fleet import Fleet, StatusView, attention_order, history_steps, status_span
 from exporter.web.svg import duration, when
@@ -96,7 +96,8 @@ def _timeline_notes(view: StatusView, window: Window, drawn: list[str]) -> str:
     notes += [
         f"only the last {len(view.recent[n])} intervals of {n} are kept: older ones are not drawn"
         for n in drawn
-        if len(view.recent.get(n, ())) >= RING_SIZE and view.recent[n][0].end_us > window.since_us
+        if len(view.recent.get(n, ())) >= ring_size(len(view.recent))
+        and view.recent[n][0].end_us > window.since_us
     ]
     return "".join(f"<p class=note>{escape(t)}</p>" for t in notes)
 

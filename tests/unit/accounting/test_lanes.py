@@ -13,11 +13,15 @@ from exporter.accounting.accounting import Accounting
 from exporter.accounting.lanes import (
     OUTCOME_NAMES,
     OUTCOMES,
+    RING_BUDGET,
+    RING_MIN,
+    RING_SIZE,
     Recent,
     Step,
     Window,
     binned_steps,
     concurrency,
+    ring_size,
     union,
 )
 from exporter.base.kinds import Kinds, split_rules
@@ -61,6 +65,27 @@ def test_recent_keep_adds_new_nodes_drops_removed_and_keeps_the_rest() -> None:
     assert recent.copy() == {"c": (iv("c", T0, T0 + 5),), "a": tuple(kept)}
     recent.add_all(iv("a", T0 + i, T0 + i) for i in range(10))
     assert len(recent.copy()["a"]) == 4  # (the kept ring keeps its bound)
+
+
+def test_the_rings_of_a_large_fleet_share_a_bound_and_follow_its_size_at_reload() -> None:
+    """A ring holds RING_SIZE intervals, fewer a node in a fleet so large that all would hold
+    more than RING_BUDGET (but never fewer than RING_MIN); a reload that grows or shrinks the
+    fleet sizes the rings again, keeping the newest."""
+    assert ring_size(1) == ring_size(RING_BUDGET // RING_SIZE) == RING_SIZE
+    assert ring_size(2000) == RING_BUDGET // 2000 < RING_SIZE
+    assert ring_size(10**7) == RING_MIN
+    many = [f"n{i}" for i in range(2000)]
+    recent = Recent(many)
+    assert recent.size == RING_BUDGET // 2000
+    recent.add_all(iv("n0", T0 + i, T0 + i + 1) for i in range(RING_SIZE))
+    assert len(recent.copy()["n0"]) == recent.size
+    recent.keep(["n0", "n1"])  # (the fleet shrank: a ring keeps more again)
+    assert recent.size == RING_SIZE
+    recent.add_all(iv("n0", T0 + i, T0 + i + 1) for i in range(RING_SIZE, RING_SIZE + 10))
+    assert len(recent.copy()["n0"]) == RING_BUDGET // 2000 + 10
+    recent.keep(many)  # (and grew again: the newest kept)
+    newest = recent.copy()["n0"]
+    assert len(newest) == RING_BUDGET // 2000 and newest[-1].end_us == T0 + RING_SIZE + 10
 
 
 def test_outcomes_name_every_reason_but_lost() -> None:
