@@ -6,14 +6,15 @@ import os
 from pathlib import Path
 
 
-def rss_kb(pid: int) -> int:
-    """The process's resident memory (VmRSS), in kB; 0 once it is gone."""
+def rss_kb(pid: int, field: str = "VmRSS") -> int:
+    """The process's resident memory (VmRSS; or `RssAnon`, its own, without the files it maps),
+    in kB; 0 once it is gone."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return 0
     for line in status.splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
     return 0
 

@@ -38,7 +38,9 @@ run, unless `--histograms-per-node`):
 4. **the end**: every node's journal ends after the requests started by then, and every node's
    counter must come to exactly the requests written (at most 60 s plus 0.05 s a node).
 
-Peak resident memory (VmRSS) is sampled every 0.5 s from the start. The processes standing in
+Peak resident memory (VmRSS) is sampled every 0.5 s from the start, and apart the peak of the
+exporter's own (RssAnon): VmRSS also counts the pages of the journal files it maps, which the
+kernel takes back when memory is short. The processes standing in
 for the nodes (the ssh servers; or the writers, uploaders and collector) share the machine:
 their CPU and the load average are printed too.
 
@@ -123,6 +125,7 @@ class Row:
     cpu: float | None = None  # % of one core, the ingest window
     scraped_cpu: float | None = None  # % of one core, the scrape window
     rss_mb: float = 0.0  # peak
+    anon_mb: float = 0.0  # peak of its own memory (RssAnon), without the journal pages mapped
     latencies_ms: list[float] = field(default_factory=list)
     scrape_errors: int = 0
     size: int = 0  # /metrics text, bytes
@@ -150,25 +153,31 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class PeakRss(threading.Thread):
-    """A process's peak resident memory, sampled every `POLL_S` until `stop`."""
+    """A process's peak resident memory, sampled every `POLL_S` until `stop`: all of it
+    (`kb`), and its own (`anon_kb`: without the pages of the journal files it maps, which the
+    kernel takes back when memory is short)."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
-        self.pid, self.kb = pid, 0
+        self.pid, self.kb, self.anon_kb = pid, 0, 0
         self._done = threading.Event()
 
     def run(self) -> None:
         while True:
-            self.kb = max(self.kb, rss_kb(self.pid))
+            self._sample()
             if self._done.wait(POLL_S):
                 return
 
-    def stop(self) -> float:
-        """Stop sampling: the peak, in MB."""
+    def _sample(self) -> None:
+        self.kb = max(self.kb, rss_kb(self.pid))
+        self.anon_kb = max(self.anon_kb, rss_kb(self.pid, "RssAnon"))
+
+    def stop(self) -> tuple[float, float]:
+        """Stop sampling: the peaks, all and its own, in MB."""
         self._done.set()
         self.join()
-        self.kb = max(self.kb, rss_kb(self.pid))
-        return self.kb / KB_PER_MB
+        self._sample()
+        return self.kb / KB_PER_MB, self.anon_kb / KB_PER_MB
 
 
 def cpu_of(pids: list[int]) -> float:
@@ -279,7 +288,7 @@ def measure(row: Row, args: argparse.Namespace, directory: Path) -> None:
         daemon.stop(STOP_S)
     finally:
         if peak is not None:
-            row.rss_mb = peak.stop()
+            row.rss_mb, row.anon_mb = peak.stop()
         if exporter is not None:
             if row.problems or row.catchup_s is None:
                 say("\n".join(exporter.log_text().splitlines()[-20:]))
@@ -415,7 +424,7 @@ def table(rows: list[Row]) -> Iterator[str]:
         "catch-up",
         "CPU",
         "CPU scraped",
-        "RSS peak",
+        "RSS peak (anon)",
         "p50",
         "p99",
         "/metrics",
@@ -435,7 +444,7 @@ def table(rows: list[Row]) -> Iterator[str]:
                 fmt(r.catchup_s, ".1f", " s"),
                 fmt(r.cpu, ".1f", "%"),
                 fmt(r.scraped_cpu, ".1f", "%"),
-                f"{r.rss_mb:.0f} MB",
+                f"{r.rss_mb:.0f} MB ({r.anon_mb:.0f})",
                 fmt(r.p(50), ".1f", " ms"),
                 fmt(r.p(99), ".1f", " ms")
                 + (f" ({r.scrape_errors} failed)" * bool(r.scrape_errors)),

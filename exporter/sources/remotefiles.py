@@ -29,20 +29,27 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from exporter.base.times import SECOND
 from exporter.sources.base import SourceError
 from exporter.sources.journalreader import JournalReader, match, open_matched
 
 log = logging.getLogger(__name__)
 
 FileKey = tuple[int, int]  # a file's device and inode: the same file, whatever its name
-# a file is opened again after this many entries read, or this often once read to its end (see
-# the module docstring; an entry takes 400-900 bytes of a collector's file: a few MB mapped)
-REMAP_ENTRIES, REMAP_S = 4_000, 10.0
+# A file is opened again after REMAP_ENTRIES entries read from it (at most; fewer when more
+# files are open, REMAP_TOTAL shared among them), and every REMAP_S once read to its end (see
+# the module docstring). Reading an entry maps about 4.5 KB of its file: at 20 files, 2,000
+# entries each kept 180 MB mapped at most, 20,000 each 1.9 GB.
+REMAP_ENTRIES, REMAP_TOTAL, REMAP_MIN, REMAP_S = 4_000, 64_000, 500, 10.0
+# While a file is behind, a step reads every file up to this far past the one furthest behind:
+# the nodes' times move on together, and the cluster figures with them (the intervals held for
+# them, until every node has passed their time, stay few).
+SLICE_US = 10 * SECOND
 _CURSOR_FIELD = re.compile(r"(?:^|;)([sit])=([0-9a-fA-F]+)")
 
 
@@ -118,6 +125,10 @@ class Opened:
     since: float  # (monotonic seconds)
     read: int  # entries read since it was opened
     head_us: int  # the time of its first entry (files are read oldest first)
+    # the time of the entry it stands before, as far as known (at least its head's); and
+    # whether the last step read it to its end
+    next_us: int = 0
+    ended: bool = False
 
 
 class Files:
@@ -176,7 +187,9 @@ class Files:
         reader.seek_head()
         first = _here(reader) if reader._next() else None
         head_us = first.time_us if first is not None else 1 << 62
-        opened = Opened(reader, key, name, None, None, "@" in name, time.monotonic(), 0, head_us)
+        opened = Opened(
+            reader, key, name, None, None, "@" in name, time.monotonic(), 0, head_us, head_us
+        )
         self._open[key] = opened
         if first is None:  # (empty as yet: read from its head)
             reader.seek_head()
@@ -205,6 +218,7 @@ class Files:
             seqnum = 1 if last is None else last.seqnum
         reader.seek_cursor(f"s={sid};i={seqnum:x}")
         opened.at = seqnum - 1
+        opened.next_us, opened.ended = opened.head_us, False  # (where it stands: unknown)
 
     def rewind(self, plan: Plan) -> None:
         """Read every file again from where `plan` says, if that is before where it stands
@@ -215,38 +229,57 @@ class Files:
 
     def entries(self, budget: int) -> Iterator[JournalReader]:
         """Each file's new entries, a file to its end before the next, up to `budget` in all:
-        the Reader, on each entry in turn. `exhausted` says after whether every file was read
-        to its end."""
+        the Reader, on each entry in turn. While a file is behind (a backlog), every file is
+        read only up to SLICE_US past the one furthest behind, so that the nodes' times move
+        on together. `exhausted` says after whether every file was read to its end."""
         keys = list(self._open)
         self.exhausted = True
         if not keys:
             return
+        behind = [o.next_us for o in self._open.values() if not o.ended]
+        horizon = min(behind) + SLICE_US if behind else None
         start = self._turn % len(keys)
         for key in keys[start:] + keys[:start]:
             opened = self._open[key]
-            reader = opened.reader
-            read = 0
-            while read < budget and reader._next():
-                read += 1
-                yield reader
-            budget -= read
-            if read:
-                here = _here(reader)
-                if here is not None:
-                    opened.seqnum_id, opened.at = here.seqnum_id, here.seqnum
-            opened.read += read
+            budget -= yield from self._file(opened, budget, horizon)
+            self.exhausted &= opened.ended
             if budget <= 0:
-                self.exhausted = False
                 self._turn = keys.index(key)  # (the next step goes on with this file)
-                if opened.read >= REMAP_ENTRIES:
-                    self._reopen(opened)
-                return
-            if opened.archived:
-                reader.close()
+            if opened.ended and opened.archived:
+                opened.reader.close()
                 del self._open[key]
                 self._done.add(key)
-            elif opened.read >= REMAP_ENTRIES or time.monotonic() - opened.since >= REMAP_S:
+            elif opened.ended and time.monotonic() - opened.since >= REMAP_S:
                 self._reopen(opened)
+            if budget <= 0:
+                return
+
+    def _file(
+        self, opened: Opened, budget: int, horizon: int | None
+    ) -> Generator[JournalReader, None, int]:
+        """Up to `budget` of one file's entries, to its end (`ended`) or to the first past
+        `horizon`; opened again every few thousand entries. Returns how many."""
+        read = 0
+        opened.ended = False
+        remap = max(REMAP_MIN, min(REMAP_ENTRIES, REMAP_TOTAL // len(self._open)))
+        while read < budget:
+            if opened.read >= remap:
+                _stand(opened)
+                self._reopen(opened)
+            reader = opened.reader
+            if not reader._next():
+                opened.ended = True
+                break
+            if horizon is not None and (t := reader._get_realtime()) > horizon:
+                opened.next_us = t
+                _back(reader)
+                break
+            read += 1
+            opened.read += 1
+            yield reader
+        if read:
+            _stand(opened)
+        return read
 
     def _reopen(self, opened: Opened) -> None:
         """`opened`'s file opened again where it stands (its pages unmapped)."""
@@ -298,6 +331,19 @@ def hosts_seen(directory: Path, unit: str) -> list[bytes]:
 def _key_of(path: Path) -> FileKey:
     st = path.stat(follow_symlinks=False)
     return st.st_dev, st.st_ino
+
+
+def _stand(opened: Opened) -> None:
+    """Note where `opened` stands: the entry its Reader is on, the last read."""
+    here = _here(opened.reader)
+    if here is not None:
+        opened.seqnum_id, opened.at = here.seqnum_id, here.seqnum
+
+
+def _back(reader: JournalReader) -> None:
+    """Step `reader` back off the entry it is on: its next is that entry again."""
+    if not reader._previous():  # (it was the first: before it is the head)
+        reader.seek_head()
 
 
 def _here(reader: JournalReader) -> Place | None:

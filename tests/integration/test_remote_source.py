@@ -805,12 +805,13 @@ def test_a_file_rotated_while_read_is_read_to_its_end_and_its_successor_from_its
 def test_a_file_opened_again_mid_read_loses_and_repeats_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A file is opened again after every REMAP_ENTRIES entries read (its mapped pages let go),
-    here in the middle of steps of a shared file, between entries of other units and hosts:
+    """A file is opened again every few entries read (its mapped pages let go), here every 3,
+    in the middle of steps of a shared file, between entries of other units and hosts:
     every node still gets each of its entries once, in order."""
     from exporter.sources import remotefiles
 
     monkeypatch.setattr(remotefiles, "REMAP_ENTRIES", 3)
+    monkeypatch.setattr(remotefiles, "REMAP_MIN", 1)
     small_steps(monkeypatch)
     reopened = [0]
     reopen = remotefiles.Files._reopen
@@ -832,8 +833,37 @@ def test_a_file_opened_again_mid_read_loses_and_repeats_nothing(
     f = follow(main)
     for name in "ab":
         check_node(f, name, written[name])
-    # (each step of 7 entries ends past 3 read: opened again every step, mid-file)
-    assert reopened[0] >= sum(len(unit(e)) for e in written.values()) // 7 - 1
+    # (opened again every 3 entries read, within the steps of 7)
+    assert reopened[0] >= sum(len(unit(e)) for e in written.values()) // 3 - 2
+
+
+def test_a_backlog_is_read_in_slices_of_time_every_file_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While files are behind, a step reads each only up to SLICE_US past the one furthest
+    behind: a's and c's backlogs (files of their own, from T0) come in steps that keep them
+    together; b's file begins past the first slice (its first entry is stepped back from)."""
+    from exporter.sources import remotefiles
+
+    monkeypatch.setattr(remotefiles, "SLICE_US", 5 * SECOND)
+    written = {"a": requests("a", 40), "b": requests("b", 20, start=20), "c": requests("c", 40)}
+    for name, entries in written.items():
+        write_host_journal(file_of(tmp_path, name), entries, who(name))
+
+    async def main(f: Following) -> Following:
+        for name in HOSTS:
+            f.start(node(tmp_path, name))
+        await f.read({n: len(unit(e)) for n, e in written.items()})
+        return f
+
+    f = follow(main)
+    for name, entries in written.items():
+        check_node(f, name, entries)
+    steps = {n: [b.newest_us for b in f.got[n] if b.newest_us is not None] for n in HOSTS}
+    assert len(steps["a"]) >= 40 // 5 - 1, steps["a"]  # (not the whole backlog at once)
+    for a_us, c_us in zip(steps["a"], steps["c"], strict=True):
+        assert abs(a_us - c_us) <= 5 * SECOND
+    assert steps["b"][0] >= T0 + 20 * SECOND
 
 
 # -- 8. a missing directory; a host name with control characters --------------------------------
