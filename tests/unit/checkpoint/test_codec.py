@@ -143,6 +143,16 @@ def test_a_restored_checkpoint_encodes_back_to_itself() -> None:
     assert json.loads(encode(current)) == current
 
 
+@given(st.one_of(json_values, states))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+def test_encode_writes_what_one_json_dumps_of_it_all_writes(values: Any) -> None:
+    """The state is encoded an entry at a time (the interpreter lock let go between them): the
+    bytes are those of one json.dumps, keys of every kind and escapes included."""
+    doc = values if isinstance(values, dict) else {"value": values, 1: {"a": values}}
+    expected = json.dumps({"format": VERSION, **doc}, separators=(",", ":")).encode()
+    assert encode(doc) == expected
+
+
 def test_version_4s_older_pids_restore_with_no_slots_of_their_own() -> None:
     """Version 4 saved an older PID as [pid, since, context]; 5 on add its slot count and
     whether it is a second server (the daemon of 3ad37a2 refused version 4's)."""
