@@ -41,7 +41,7 @@ from exporter.base.records import (
 # Intervals kept per node for the status page: RING_SIZE, or fewer in a large fleet, so that all
 # the rings hold RING_BUDGET at most (an interval costs about 200 bytes; 2,000 nodes at 4,096
 # each held 1.6 GB), but never fewer than RING_MIN.
-RING_SIZE, RING_BUDGET, RING_MIN = 4096, 262_144, 32
+RING_SIZE, RING_BUDGET, RING_MIN = 4096, 131_072, 32
 
 
 def ring_size(nodes: int) -> int:

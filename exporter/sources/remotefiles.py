@@ -45,7 +45,7 @@ FileKey = tuple[int, int]  # a file's device and inode: the same file, whatever 
 # files are open, REMAP_TOTAL shared among them), and every REMAP_S once read to its end (see
 # the module docstring). Reading an entry maps about 4.5 KB of its file: at 20 files, 2,000
 # entries each kept 180 MB mapped at most, 20,000 each 1.9 GB.
-REMAP_ENTRIES, REMAP_TOTAL, REMAP_MIN, REMAP_S = 4_000, 64_000, 500, 10.0
+REMAP_ENTRIES, REMAP_TOTAL, REMAP_MIN, REMAP_S = 4_000, 48_000, 500, 10.0
 # While a file is behind, a step reads every file up to this far past the one furthest behind:
 # the nodes' times move on together, and the cluster figures with them (the intervals held for
 # them, until every node has passed their time, stay few).

@@ -148,7 +148,9 @@ def test_a_restored_checkpoint_encodes_back_to_itself() -> None:
 def test_encode_writes_what_one_json_dumps_of_it_all_writes(values: Any) -> None:
     """The state is encoded an entry at a time (the interpreter lock let go between them): the
     bytes are those of one json.dumps, keys of every kind and escapes included."""
-    doc = values if isinstance(values, dict) else {"value": values, 1: {"a": values}}
+    doc: dict[Any, Any] = (
+        values if isinstance(values, dict) else {"value": values, "v": {"a": values, 1: values}}
+    )
     expected = json.dumps({"format": VERSION, **doc}, separators=(",", ":")).encode()
     assert encode(doc) == expected
 
