@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 def main(path: Path, names: list[str]) -> int:
     """The known_hosts lines of the named nodes of the config at `path` (every SSH node when
     none is named): 0, 1 when a key could not be fetched, 2 when a name is no node."""
-    cfg = load_config(path, as_service=True)  # (only hosts and ports are used)
+    cfg = load_config(path, as_service=True, hosts_seen="skip")  # (only hosts and ports are used)
     if cfg is None:
         return 1
     unknown = sorted(set(names) - {n.name for n in cfg.nodes})

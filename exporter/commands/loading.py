@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from exporter.base import logs
 from exporter.commands import preflight
@@ -61,15 +61,25 @@ class ServiceEnv(Mapping[str, str]):
         return len({*self.env, CREDENTIALS_VARIABLE})
 
 
-def load_config(path: Path, *, as_service: bool = False, from_shell: bool = False) -> Config | None:
+def load_config(
+    path: Path,
+    *,
+    as_service: bool = False,
+    from_shell: bool = False,
+    hosts_seen: Literal["refuse", "warn", "skip"] = "refuse",
+) -> Config | None:
     """The config at `path`, or None with its problems logged. `as_service`: read an unset
     `${CREDENTIALS_DIRECTORY}` as the service will see it (for checks run from a shell);
     `from_shell`: that too, and the service's credentials read where the unit takes them from
-    (for a report run from a shell)."""
+    (for a report run from a shell). `hosts_seen`: a `hosts: seen` directory that cannot be
+    read refuses the config, or is logged (a daemon starting), or no node is made from those
+    entries at all (a command that needs none of them)."""
     env = ServiceEnv(os.environ) if as_service or from_shell else os.environ
     try:
         text = read_text(path)
-        cfg = with_hosts_seen(parse(text, str(path), env, available=sources.AVAILABLE), str(path))
+        cfg = parse(text, str(path), env, available=sources.AVAILABLE)
+        if hosts_seen != "skip":
+            cfg = with_hosts_seen(cfg, str(path), refuse=hosts_seen == "refuse")
     except ConfigError as e:
         log.error("%s", e, extra=logs.LINES)
         return None

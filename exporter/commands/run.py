@@ -39,7 +39,7 @@ def with_options(cfg: Config, listen: tuple[str, int] | None, web_config: Path |
 def main(path: Path, listen: tuple[str, int] | None = None, web_config: Path | None = None) -> int:
     """The daemon on the config at `path` until SIGTERM or SIGINT: 0, or 1 when it cannot
     start (a bad config, the port taken, the state directory not writable)."""
-    loaded = load_config(path)
+    loaded = load_config(path, hosts_seen="warn")
     if loaded is None:
         return 1
     try:

@@ -4,7 +4,8 @@ Made whenever the config is read (at start, at each reload, for a report or a ch
 host names that entries of the unit carry in the directory's journal files then. A host that a
 node of the config lists already keeps that node. A host whose name makes no valid node name
 (the names come from the hosts' own journals) is skipped and said, escaped. A directory that
-cannot be read refuses the config, as any other problem of it would.
+cannot be read refuses the config, as any other problem of it would; but a daemon that starts
+does so with its other nodes, and says so.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from exporter.sources.remote import RemoteHosts, RemoteNode, claims, describe_se
 log = logging.getLogger(__name__)
 
 
-def with_hosts_seen(cfg: Config, source: str) -> Config:
+def with_hosts_seen(cfg: Config, source: str, *, refuse: bool = True) -> Config:
     """`cfg` with the nodes of its `hosts: seen` entries among its nodes (blocking: it reads
-    the directories); ConfigError, naming `source`, when a directory cannot be read."""
+    the directories). A directory that cannot be read: ConfigError, naming `source` (a reload
+    keeps the config in force); or, not `refuse`, logged as an error and no node made from it
+    (a daemon starting with its other nodes, the collector not up yet)."""
     if not cfg.hosts_seen:
         return cfg
     from exporter.sources.remotefiles import hosts_seen  # (needs systemd-python)
@@ -47,8 +50,10 @@ def with_hosts_seen(cfg: Config, source: str) -> Config:
                 made.append(node)
         nodes += made
         log.info("%s: %d hosts seen, %d nodes made", describe_seen(entry), len(hosts), len(made))
-    if problems:
+    if problems and refuse:
         raise ConfigError(source, problems)
+    for problem in problems:
+        log.error("%s: %s; no node made from it until a reload", source, problem)
     return dataclasses.replace(cfg, nodes=tuple(nodes))
 
 

@@ -31,7 +31,8 @@ class Changes:
         return out
 
 
-_NODES = ("nodes", "node_order")  # (the nodes' changes are told apart)
+# (the nodes' changes are told apart; `hosts: seen` entries are told by the nodes they made)
+_NODES = ("nodes", "node_order", "hosts_seen")
 
 
 def between(old: Config, new: Config) -> Changes:

@@ -44,7 +44,6 @@ from exporter.sources.registry import (
 )
 from exporter.sources.remote import (
     HOST,
-    SEEN,
     RemoteHosts,
     check_seen,
     describe_seen,
@@ -225,13 +224,16 @@ def _node(
             f"{_needs(kind.needs)} (available: {', '.join(sorted(available))})",
         )
     n = checker.mapping(item, path, kind.keys)
+    pattern = is_hosts_seen(item)
     name = checker.get(
         n,
         "name",
         path,
-        _name_pattern if is_hosts_seen(item) else as_node_name,
+        _name_pattern if pattern else as_node_name,
         None,
-        "must be a name of letters, digits, _ . : -",
+        f'must be a name of letters, digits, _ . : - and {HOST}, quoted ("{HOST}")'
+        if pattern
+        else "must be a name of letters, digits, _ . : -",
     )
     if name is None:
         if "name" not in n:
@@ -259,7 +261,7 @@ def _claim(
     """A problem when `node` reads what a node before it reads (one host of a collector's
     directory twice would count its entries twice)."""
     if isinstance(node, RemoteHosts):  # (every host of its directory not listed by a node)
-        claim: Hashable = (node.source, str(node.directory), node.unit, SEEN)
+        claim: Hashable = (node.source, str(node.directory), node.unit, None)
     else:
         claims = None if node is None else KINDS[node.source].claims
         if node is None or claims is None:

@@ -4,9 +4,11 @@ One systemd-python Reader over a whole directory merges its files by time and ne
 entries that reach one host's file after newer ones were read from another would be passed
 over. So every file has a Reader of its own, matched on the unit, and each is read to its end
 in turn, the file whose first entry is oldest first (a host that moved: its old address's file,
-then its new one's). The directory is looked at on every step: a new file (a new host, or a file the
-collector started after rotating one) is opened, a file gone (vacuumed) is closed, and an
-archived file (its name holds `@`) is closed once read to its end: it never changes again.
+then its new one's). While a file is behind (a backlog), a step reads each file only up to a
+slice of time past the one furthest behind, so that the nodes' times move on together. The
+directory is looked at on every step: a new file (a new host, or a file the collector started
+after rotating one) is opened, a file gone (vacuumed) is closed, and an archived file (its name
+holds `@`) is closed once read to its end: it never changes again.
 
 Where a file is read from is a `Plan`'s: the first entry a node has not read there, by seqnum
 when the node has read from that file before (exact, whatever the times), by time otherwise. A
@@ -49,7 +51,7 @@ REMAP_ENTRIES, REMAP_TOTAL, REMAP_MIN, REMAP_S = 4_000, 48_000, 500, 10.0
 # While a file is behind, a step reads every file up to this far past the one furthest behind:
 # the nodes' times move on together, and the cluster figures with them (the intervals held for
 # them, until every node has passed their time, stay few).
-SLICE_US = 10 * SECOND
+SLICE_US, MAX_SLICE_US = 10 * SECOND, 86_400 * SECOND
 _CURSOR_FIELD = re.compile(r"(?:^|;)([sit])=([0-9a-fA-F]+)")
 
 
@@ -143,6 +145,7 @@ class Files:
         self._open: dict[FileKey, Opened] = {}
         self._done: set[FileKey] = set()  # archived files read to their end
         self._turn = 0  # the file the next `entries` starts with
+        self._slice_us = SLICE_US  # how far past the file furthest behind a step reads
 
     def __len__(self) -> int:
         return len(self._open)
@@ -218,7 +221,8 @@ class Files:
             seqnum = 1 if last is None else last.seqnum
         reader.seek_cursor(f"s={sid};i={seqnum:x}")
         opened.at = seqnum - 1
-        opened.next_us, opened.ended = opened.head_us, False  # (where it stands: unknown)
+        if seqnum != stands:  # (sent back: what it stands before is not known now)
+            opened.next_us, opened.ended = opened.head_us, False
 
     def rewind(self, plan: Plan) -> None:
         """Read every file again from where `plan` says, if that is before where it stands
@@ -237,8 +241,8 @@ class Files:
         if not keys:
             return
         behind = [o.next_us for o in self._open.values() if not o.ended]
-        horizon = min(behind) + SLICE_US if behind else None
-        start = self._turn % len(keys)
+        horizon = min(behind) + self._slice_us if behind else None
+        start, given = self._turn % len(keys), budget
         for key in keys[start:] + keys[:start]:
             opened = self._open[key]
             budget -= yield from self._file(opened, budget, horizon)
@@ -252,7 +256,12 @@ class Files:
             elif opened.ended and time.monotonic() - opened.since >= REMAP_S:
                 self._reopen(opened)
             if budget <= 0:
+                self._slice_us = SLICE_US
                 return
+        # a long backlog of a quiet node is read in longer slices: a step that read
+        # little doubles the next one's (one that filled its budget starts again from SLICE_US)
+        if horizon is not None and given - budget < given // 4:
+            self._slice_us = min(self._slice_us * 2, MAX_SLICE_US)
 
     def _file(
         self, opened: Opened, budget: int, horizon: int | None

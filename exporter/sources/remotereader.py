@@ -122,8 +122,11 @@ class Host:
             self.inbox.put_nowait(batch)
 
     def batch(self, caught_up: bool) -> Batch | None:
-        """What this step gathered, as a Batch (None when there is nothing to say)."""
-        if not self.entries and (self.said_caught_up or not caught_up):
+        """What this step gathered, as a Batch (None when there is nothing to say: no entry,
+        and caught up or not as it said last; a node that said it was caught up says it is not
+        when a step stops short of the end, though it got nothing, or its time would be taken
+        as read up to now)."""
+        if not self.entries and self.said_caught_up == caught_up:
             return None
         self.said_caught_up = caught_up
         batch = Batch(
@@ -187,11 +190,14 @@ class Collector:
             while True:
                 gathered, caught_up = await asyncio.to_thread(self._step)
                 self._pending = None  # (taken: a runner cancelled before this leaves it)
+                # the other nodes' first, without waiting: a cancel while this task waits for
+                # room for its own would lose theirs (read, their places moved on)
+                own = [batch for host, batch in gathered if host is me]
                 for host, batch in gathered:
-                    if host is me:
-                        await out.put(batch)
-                    elif host.active:
+                    if host is not me and host.active:
                         host.hand(batch)
+                for batch in own:
+                    await out.put(batch)
                 await self._room()
                 if caught_up:
                     await asyncio.sleep(POLL_S)

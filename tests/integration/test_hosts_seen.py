@@ -100,14 +100,23 @@ def test_a_node_is_made_for_each_host_seen_with_the_unit(
     assert line.endswith("host bad\\x1b[31mhost skipped: it makes no valid node name"), line
 
 
-def test_a_directory_that_cannot_be_read_refuses_the_config(tmp_path: Path) -> None:
+def test_a_directory_that_cannot_be_read_refuses_the_config_or_makes_no_node(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reload (or a check) is refused; a daemon that starts does so with its other nodes."""
     missing = tmp_path / "not-there"
+    cfg = parse(config_text(missing), "cfg.yaml", {})
     with pytest.raises(ConfigError) as e:
-        with_hosts_seen(parse(config_text(missing), "cfg.yaml", {}), "cfg.yaml")
+        with_hosts_seen(cfg, "cfg.yaml")
     assert e.value.source == "cfg.yaml"
     [problem] = e.value.problems
     assert f"every host seen in the collector's directory {missing}" in problem
     assert "cannot read the directory" in problem
+    caplog.set_level(logging.ERROR, logger="exporter.commands.seen")
+    started = with_hosts_seen(cfg, "cfg.yaml", refuse=False)
+    assert [n.name for n in started.nodes] == ["a", "gpu-d"]
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said == f"cfg.yaml: {problem}; no node made from it until a reload"
 
 
 def test_the_daemon_takes_a_host_seen_since_at_its_reload(tmp_path: Path) -> None:

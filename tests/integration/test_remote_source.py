@@ -705,6 +705,59 @@ def test_cancelling_the_reading_nodes_task_hands_the_reader_over(tmp_path: Path)
     assert f.entries(second) >= len(unit(written[second]))
 
 
+def test_the_reading_node_cancelled_while_its_queue_is_full_loses_no_other_nodes_batch(
+    tmp_path: Path,
+) -> None:
+    """The reading node's task waits for room for its own Batch (its queue is full) and is
+    cancelled there: the other nodes' Batches of that step were handed on first, so b still
+    gets every entry once (they were read: b's places moved on past them)."""
+    write_host_journal(file_of(tmp_path, "a"), requests("a", 2), who("a"))
+    write_host_journal(file_of(tmp_path, "b"), requests("b", 3), who("b"))
+    want = len(unit(requests("b", 3)))
+
+    async def main() -> list[Batch]:
+        from exporter.sources import remotereader
+
+        full: asyncio.Queue[Batch] = asyncio.Queue(maxsize=1)  # (nobody takes from it)
+        got: asyncio.Queue[Batch] = asyncio.Queue()
+        a = asyncio.create_task(remotereader.follow(node(tmp_path, "a"), 0, "").run(full))
+        collector = await joined("gpu-a")
+        deadline = time.monotonic() + WAIT_S
+        while not full.full():  # (a's first Batch)
+            assert time.monotonic() < deadline, "a's first Batch never came"
+            await asyncio.sleep(0.01)
+        more = requests("a", 2, start=2)
+        await asyncio.to_thread(write_host_journal, file_of(tmp_path, "a"), more, who("a"))
+        b = asyncio.create_task(remotereader.follow(node(tmp_path, "b"), 0, "").run(got))
+        await joined("gpu-a", "gpu-b")
+        host_a = collector.hosts["gpu-a"]
+        # the step that read b's entries read a's new ones too: a's Batch waits for room
+        while not (
+            collector.hosts["gpu-b"].places
+            and max(p.time_us for p in host_a.places.values()) == unit(more)[-1].time_us
+            and collector._pending is None
+        ):
+            assert time.monotonic() < deadline, "the reader never read b's entries"
+            await asyncio.sleep(0.01)
+        assert collector.runner is host_a
+        a.cancel()
+        await asyncio.wait({a}, timeout=WAIT_S)
+        batches: list[Batch] = []
+        while sum(x.entries for x in batches) < want or not batches[-1].caught_up:
+            left = deadline - time.monotonic()
+            assert left > 0, f"b got {sum(x.entries for x in batches)} of {want} entries"
+            with contextlib.suppress(TimeoutError):
+                batches.append(await asyncio.wait_for(got.get(), min(left, 0.2)))
+        b.cancel()
+        await asyncio.wait({b}, timeout=WAIT_S)
+        return batches
+
+    batches = asyncio.run(main())
+    assert sum(x.entries for x in batches) == want
+    assert [x for b in batches for x in b.lines] == lines_of(requests("b", 3), "b")
+    assert collectors() == []
+
+
 def test_a_node_that_leaves_while_its_batches_wait_stops_no_other(tmp_path: Path) -> None:
     """The reader waits for a node's task to take its Batches (its queue is full); that node
     is removed (its task cancelled): the others go on."""
@@ -817,8 +870,9 @@ def test_a_file_opened_again_mid_read_loses_and_repeats_nothing(
     reopen = remotefiles.Files._reopen
 
     def counted(self: remotefiles.Files, opened: remotefiles.Opened) -> None:
-        reopened[0] += 1
+        was = opened.reader
         reopen(self, opened)
+        reopened[0] += opened.reader is not was  # (opened again, not given up on)
 
     monkeypatch.setattr(remotefiles.Files, "_reopen", counted)
     written = {n: requests(n, 6) for n in HOSTS}
@@ -846,6 +900,8 @@ def test_a_backlog_is_read_in_slices_of_time_every_file_together(
     from exporter.sources import remotefiles
 
     monkeypatch.setattr(remotefiles, "SLICE_US", 5 * SECOND)
+    monkeypatch.setattr(remotefiles, "MAX_SLICE_US", 5 * SECOND)  # (no step reads enough here
+    # to keep its slice from growing: held to one size, each step's is known)
     written = {"a": requests("a", 40), "b": requests("b", 20, start=20), "c": requests("c", 40)}
     for name, entries in written.items():
         write_host_journal(file_of(tmp_path, name), entries, who(name))
@@ -864,6 +920,35 @@ def test_a_backlog_is_read_in_slices_of_time_every_file_together(
     for a_us, c_us in zip(steps["a"], steps["c"], strict=True):
         assert abs(a_us - c_us) <= 5 * SECOND
     assert steps["b"][0] >= T0 + 20 * SECOND
+
+
+def test_a_long_backlog_is_read_in_slices_that_grow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long backlog of a quiet node (20 minutes, a request a second: 40 entries in 10 s): a
+    step that reads little doubles the next one's slice, so it takes a few steps, not one
+    every 10 s of it."""
+    from exporter.sources import remotereader
+
+    steps = [0]
+    read = remotereader.Collector._read
+
+    def counted(self: remotereader.Collector) -> remotereader.Step:
+        steps[0] += 1
+        return read(self)
+
+    monkeypatch.setattr(remotereader.Collector, "_read", counted)
+    written = requests("a", 1200)
+    write_host_journal(file_of(tmp_path, "a"), written, who("a"))
+
+    async def main(f: Following) -> Following:
+        f.start(node(tmp_path, "a"))
+        await f.read({"a": len(unit(written))})
+        return f
+
+    f = follow(main)
+    check_node(f, "a", written)
+    assert steps[0] <= 30, steps[0]  # (in slices of 10 s: 120 steps; doubling: about 10)
 
 
 # -- 8. a missing directory; a host name with control characters --------------------------------

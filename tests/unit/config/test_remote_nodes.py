@@ -69,13 +69,20 @@ nodes:
   - name: "{host}"
     source: journal-remote
     hosts: seen
+  - name: {host}
+    source: journal-remote
+    directory: /r
+    hosts: seen
 """
     assert problems(text) == [
         "cfg.yaml:2: nodes[0]: give host or hosts: seen, not both",
         "cfg.yaml:2: nodes[0].name: with hosts: seen, must have {host} in it",
         "cfg.yaml:5: nodes[0].hosts: must be seen (a node for every host seen)",
-        "cfg.yaml:7: nodes[1].name: must be a name of letters, digits, _ . : -, got 'x {host}'",
+        "cfg.yaml:7: nodes[1].name: must be a name of letters, digits, _ . : - and {host}, "
+        "quoted (\"{host}\"), got 'x {host}'",
         "cfg.yaml:11: nodes[2]: a journal-remote node needs the collector's directory",
+        "cfg.yaml:14: nodes[3].name: must be a name of letters, digits, _ . : - and {host}, "
+        "quoted (\"{host}\"), got {'host': None}",
     ]
 
 
