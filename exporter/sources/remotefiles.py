@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 FileKey = tuple[int, int]  # a file's device and inode: the same file, whatever its name
 # A file is opened again after REMAP_ENTRIES entries read from it (at most; fewer when more
 # files are open, REMAP_TOTAL shared among them), and every REMAP_S once read to its end (see
-# the module docstring). Reading an entry maps about 4.5 KB of its file: at 20 files, 2,000
-# entries each kept 180 MB mapped at most, 20,000 each 1.9 GB.
+# the module docstring). Reading an entry maps about 4.5 KB of its file: at 20 files, opened
+# again every 1,000 entries they kept 127 MB mapped at most, every 4,000 365 MB, never 2 GB.
 REMAP_ENTRIES, REMAP_TOTAL, REMAP_MIN, REMAP_S = 4_000, 48_000, 500, 10.0
 # While a file is behind, a step reads every file up to this far past the one furthest behind:
 # the nodes' times move on together, and the cluster figures with them (the intervals held for
