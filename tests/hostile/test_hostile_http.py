@@ -39,7 +39,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -56,6 +55,7 @@ from exporter.web.server import FD_RESERVE, MAX_CONNECTIONS, HttpServer
 from exporter.web.tally import LOG_EVERY_S
 
 from support.daemon_process import DaemonProcess, file_nodes
+from support.served import made_site
 from support.settings import default_settings
 from support.tools import wait_for
 
@@ -586,21 +586,8 @@ class _Kept(logging.Handler):
         self.records.append(record)
 
 
-class _Made:
-    """/metrics of `size` bytes, made already (as a Published whose body is rendered)."""
-
-    def __init__(self, size: int) -> None:
-        self.made = b"x" * size
-
-    def ready(self, gzipped: bool, openmetrics: bool = False) -> bytes:
-        return self.made
-
-    def body(self, gzipped: bool, openmetrics: bool = False) -> bytes:
-        return self.made
-
-
 def _big_site(size: int = 1 << 20) -> Site:
-    return Site(metrics=cast(Published, _Made(size)), ready=lambda: True)
+    return made_site(size)
 
 
 def _connect(port: int, data: bytes = b"", *, never_reads: bool = False) -> socket.socket:
