@@ -33,11 +33,11 @@ from exporter.daemon.daemon import Daemon
 
 from support.daemon_process import DaemonProcess, file_nodes, run_command
 from support.daemon_thread import DaemonThread
+from support.journals import JOURNAL_REMOTE, require_journal_tools
 from support.scrape import answer, sample, total
-from support.tools import IN_CI, now_us, wait_for
+from support.tools import now_us, wait_for
 
 SECOND = 1_000_000
-JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
 UNIT = "sm-llm.service"
 PID = 4242
 NODE = "n0"
@@ -66,16 +66,8 @@ def requests_of(m: dict[Any, float], node: str = NODE) -> float:
 
 @pytest.fixture
 def journal_remote() -> None:
-    """systemd-journal-remote and systemd-python, or fail in CI / skip elsewhere."""
-    missing = [] if os.access(JOURNAL_REMOTE, os.X_OK) else [JOURNAL_REMOTE]
-    if shutil.which("journalctl") is None:
-        missing.append("journalctl")
-    try:
-        import systemd.journal  # noqa: F401
-    except ImportError:
-        missing.append("systemd-python")
-    if missing:
-        (pytest.fail if IN_CI else pytest.skip)(f"{', '.join(missing)} missing")
+    """systemd-journal-remote, journalctl and systemd-python, or fail in CI / skip elsewhere."""
+    require_journal_tools()
 
 
 def export(lines: Iterable[DemoLine], unit: str = UNIT) -> bytes:
