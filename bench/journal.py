@@ -79,7 +79,16 @@ GOAL = 5.0  # times the baseline's entries/s
 DEFAULT_ENTRIES = 200_000
 OTHER_SHARE = 0.1  # entries of other units
 TIMING = "total time"
-TIMED_BLOCK = 5  # a timed request's lines in the demo: launch, prompt eval, eval, total, release
+# A timed request's lines in the demo, each by a text it holds: launch, prompt eval, eval, total,
+# release. Its untimed requests (an embedding, a cancelled request) hold no timing line.
+TIMED_BLOCK = (
+    "slot launch_slot_:",
+    "prompt eval time =",
+    " eval time =",
+    "total time =",
+    "stop processing",
+)
+MAX_UNTIMED_RUN = 100  # untimed requests in a row that mean the demo's timing lines changed
 
 _TASK = re.compile(r"\| task (\d+) \|")
 _PROMPT_TOKENS = re.compile(r"prompt eval time = +\S+ ms / +(\d+) tokens")
@@ -143,20 +152,39 @@ def _request_lines(rng: random.Random, block: Sequence[DemoLine]) -> Iterator[tu
     )
 
 
+def _timed(block: Sequence[DemoLine]) -> bool:
+    """Whether a demo request (its lines from launch to release) is timed. RuntimeError for one
+    with a timing line that is not launch, prompt eval, eval, total, release: the workload
+    would lose it, and every tool would still agree on what remained."""
+    if not any(TIMING in line.message for line in block):
+        return False
+    shape = len(block) == len(TIMED_BLOCK)
+    if not shape or any(k not in line.message for k, line in zip(TIMED_BLOCK, block, strict=True)):
+        said = "\n".join(line.message for line in block)
+        raise RuntimeError(f"a timed demo request of another shape than {TIMED_BLOCK}:\n{said}")
+    return True
+
+
 def _requests(rng: random.Random, seed: int) -> Iterator[tuple[int, str]]:
     """The demo node's timed requests (launch, prompt eval, eval, total, release), each with
-    the lines around it; its start-up lines and its untimed requests are left out."""
+    the lines around it; what comes before a launch (the unit's `Started` line, the server's
+    start-up lines) and its untimed requests are left out. RuntimeError when a timed request
+    has another shape, or when none comes in MAX_UNTIMED_RUN requests."""
     lines = node_lines(NODE, seed, EPOCH_US, EPOCH_US + 10 * 365 * 86_400 * SECOND)
+    untimed = 0
     for line in lines:
-        if not line.message.startswith("slot launch_slot_:"):
+        if not line.message.startswith(TIMED_BLOCK[0]):
             continue
         block = [line]
         for more in lines:
             block.append(more)
-            if "stop processing" in more.message:
+            if TIMED_BLOCK[-1] in more.message:
                 break
-        if len(block) == TIMED_BLOCK and "prompt eval time" in block[1].message:
+        if _timed(block):
+            untimed = 0
             yield from _request_lines(rng, block)
+        elif (untimed := untimed + 1) >= MAX_UNTIMED_RUN:
+            raise RuntimeError(f"{untimed} demo requests in a row without a `{TIMING}` line")
 
 
 def _polls(rng: random.Random, every_s: float, message: str) -> Iterator[tuple[int, str]]:
