@@ -81,12 +81,14 @@ run: $(BASE)
 	$(BIN)/sm-llm-exporter demo --listen 127.0.0.1:10027
 
 # The benchmarks, each printing ratios to a baseline measured in the same run; AGAINST=REV also
-# times commit REV's ingest on the same dumps (built in a git worktree with its own venv).
+# times commit REV's ingest on the same dumps (built in a git worktree with its own venv);
+# WRITE_README=1 has the ingest benchmark rewrite its table in bench/README.md.
 AGAINST ?=
+WRITE_README ?=
 
 bench: venv deps
 	$(BIN)/python bench/report.py
-	$(BIN)/python bench/ingest.py $(if $(AGAINST),--against $(AGAINST))
+	$(BIN)/python bench/ingest.py $(if $(AGAINST),--against $(AGAINST)) $(if $(WRITE_README),--write-readme)
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/ssh.py
 	$(BIN)/python bench/pages.py

@@ -4,6 +4,7 @@
     .venv/bin/python bench/ingest.py --lines 200000 --repeat 5
     .venv/bin/python bench/ingest.py --against HEAD     # and the last commit's, in the same run
     .venv/bin/python bench/ingest.py --profile          # and where our time goes (cProfile)
+    .venv/bin/python bench/ingest.py --write-readme     # and the table in bench/README.md
 
 Two workloads of one node, `node0`, deterministic (`random.Random`), `--lines` lines each:
 
@@ -41,18 +42,27 @@ are in the page cache for all of them), as ratios to mtail on that file:
 - the same reading path in a subprocess with SMLLM_PURE_PYTHON=1 (no compiled fast paths; what a
   machine without a C compiler at install time runs), timed inside it: a reference;
 - grep: `grep -c 'total time' FILE` (LC_ALL=C), the floor;
-- with `--against REV`: commit REV's daemon, report and reading path, the same rows on the same
-  dumps in the same run, round-robin with ours. REV is checked out in a git worktree in the
-  temporary directory and installed into a venv of its own (`python -m venv`, `pip install -e`:
-  its compiled modules built there); its rows run its own console script and its own
-  `bench/ingest.py --read-child` with its venv's Python, so a REV whose package is laid out
-  otherwise runs as it is. The worktree is removed at the end. Below the tables: each row's
-  ratio to mtail, ours and REV's, and ours against REV's.
-Goals: the daemon and the report at least 4x mtail, the reading path at least 8x, each PASS or
-FAIL (REV's rows have none). Below the tables: the fixed costs (every process on a 150-line
+- with `--against REV`: commit REV's daemon, report, reading path and pure-Python reading path,
+  the same rows on the same dumps in the same run, round-robin with ours. REV is checked out in
+  a git worktree in the temporary directory and installed into a venv of its own (`python -m
+  venv`, `pip install -e`: its compiled modules built there); its rows run its own console
+  script and its own `bench/ingest.py --read-child` with its venv's Python, so a REV whose
+  package is laid out otherwise runs as it is. The worktree is removed at the end. Below the
+  tables: each of our rows against REV's (seconds, ratios to mtail, ours over REV's speed),
+  those of ours 5% or more slower named.
+Goals (issue 34), each PASS or FAIL (REV's rows have none): on the real workload, the daemon at
+least 8x mtail in short-iso-precise and 10x in json, and its seconds at most 8x grep's in
+short-iso-precise; the report at least 8x mtail in both forms; the reading path at least 15x
+mtail in short-iso-precise. Below the tables: the fixed costs (every process on a 150-line
 dump). Every tree's processes run as an installed package runs them: the exporter's modules
 compiled to bytecode beforehand (into a cache in the temporary directory, PYTHONPYCACHEPREFIX),
 not from source at every start.
+
+With `--write-readme`, a run whose counts all agree rewrites the Ingest table of bench/README.md
+(between `<!-- ingest-table:begin -->` and `<!-- ingest-table:end -->`): our rows' seconds and
+ratios to mtail, the goals in bold, grep's, the fixed costs and which goals were met, under a
+line giving the date (UTC), the commit (`+ changes` when the work tree differs from it, the
+README aside), the CPUs, the load average before and after and the medians' count.
 
 Every row's counts are checked: requests, tokens and request seconds against the generated ones
 (grep: the requests), every line read and none a parse error; exit 1 when one disagrees.
@@ -72,10 +82,12 @@ import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from _common import (
     JOURNAL_REMOTE,
+    ROOT,
     Row,
     Tool,
     arguments,
@@ -107,16 +119,55 @@ from _workload import NODE
 
 DEFAULT_LINES = 1_000_000
 TINY_LINES = 150  # the fixed costs are timed on dumps this long
-GOAL_PROCESS = 4.0  # the daemon and the report: times mtail's speed
-GOAL_READ = 8.0  # the reading path
 FORMATS = ("short-iso-precise", "json")
 WORKLOADS = ("real", "mixed")
-# What a tree's rows time: (label, goal of ours).
+# What a tree's rows time, by part: the row's label.
 PARTS = {
-    "daemon": ("daemon process, until /metrics complete", GOAL_PROCESS),
-    "report": ("report process (--format json)", GOAL_PROCESS),
-    "reading path": ("reading path (its own process)", GOAL_READ),
+    "daemon": "daemon process, until /metrics complete",
+    "report": "report process (--format json)",
+    "reading path": "reading path (its own process)",
+    "pure reading path": f"reading path, {PURE_ENV}=1",
 }
+SLOWER = 0.95  # ours at most this share of REV's speed is named in the comparison
+README = ROOT / "bench" / "README.md"
+TABLE_BEGIN = "<!-- ingest-table:begin -->"  # what --write-readme rewrites, in README
+TABLE_END = "<!-- ingest-table:end -->"
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """One goal of our rows on one dump (`Dump.name`): at least `times` mtail's speed, or, with
+    `of_grep`, at most `times` grep's seconds."""
+
+    part: str
+    dump: str
+    times: float
+    of_grep: bool = False
+
+    def ratio(self, seconds: float, mtail: float, grep: float) -> float:
+        """What the goal bounds: mtail's seconds over ours, or ours over grep's."""
+        return seconds / grep if self.of_grep else mtail / seconds
+
+    def met(self, ratio: float) -> bool:
+        return ratio <= self.times if self.of_grep else ratio >= self.times
+
+    def bound(self) -> str:
+        return f"{'<=' if self.of_grep else '>='} {self.times:g}x"
+
+
+# Issue 34's goals, on the real workload.
+GOALS = (
+    Goal("daemon", "real, short-iso-precise", 8.0),
+    Goal("daemon", "real, short-iso-precise", 8.0, of_grep=True),
+    Goal("daemon", "real, json", 10.0),
+    Goal("report", "real, short-iso-precise", 8.0),
+    Goal("report", "real, json", 8.0),
+    Goal("reading path", "real, short-iso-precise", 15.0),
+)
+
+
+def goal_of(part: str, dump: str, *, of_grep: bool = False) -> Goal | None:
+    return next((g for g in GOALS if (g.part, g.dump, g.of_grep) == (part, dump, of_grep)), None)
 
 
 # -- the rows -----------------------------------------------------------------------------------
@@ -124,9 +175,10 @@ PARTS = {
 
 @dataclass
 class Bench:
-    """One dump's rows, and each tree's by part."""
+    """One dump's rows (each with its goal against mtail, if any), and each tree's by part."""
 
     dump: Dump
+    grep: Tool[Counted]
     mtail: Tool[Counted]
     rows: list[tuple[Tool[Counted], float | None]] = field(default_factory=list)
     parts: dict[str, dict[str, Tool[Counted]]] = field(default_factory=dict)
@@ -137,29 +189,29 @@ class Bench:
 
 
 def tree_rows(tree: Tree, d: Dump) -> dict[str, Tool[Counted]]:
-    """A tree's daemon, report and reading path on the dump, by part."""
+    """A tree's daemon, report, reading path and pure-Python reading path on the dump, by part."""
     run = {
         "daemon": lambda: daemon_row(tree, d),
         "report": lambda: report_row(tree, d),
         "reading path": lambda: read_row(tree, d),
+        "pure reading path": lambda: read_row(tree, d, pure=True),
     }
-    return {part: Tool(f"{tree.label}: {PARTS[part][0]}", run[part]) for part in PARTS}
+    return {part: Tool(f"{tree.label}: {PARTS[part]}", run[part]) for part in PARTS}
 
 
 def bench(d: Dump, mtail: str, grep: str, trees: Sequence[Tree]) -> Bench:
-    """The floor, mtail, each tree's rows (ours first, with the goals), and ours in pure Python."""
-    b = Bench(d, Tool("mtail --one_shot (Debian)", lambda: mtail_row(mtail, d.path)))
-    b.rows = [(Tool("grep -c 'total time' (the floor)", lambda: grep_row(grep, d.path)), None)]
-    b.rows.append((b.mtail, None))
+    """The floor, mtail, and each tree's rows (ours first, with the goals)."""
+    b = Bench(
+        d,
+        Tool("grep -c 'total time' (the floor)", lambda: grep_row(grep, d.path)),
+        Tool("mtail --one_shot (Debian)", lambda: mtail_row(mtail, d.path)),
+    )
+    b.rows = [(b.grep, None), (b.mtail, None)]
     for tree in trees:
         b.parts[tree.label] = tree_rows(tree, d)
-        goals = tree is trees[0]
-        b.rows += [(t, PARTS[p][1] if goals else None) for p, t in b.parts[tree.label].items()]
-    ours = trees[0]
-    pure = Tool(
-        f"ours: reading path, {PURE_ENV}=1 (subprocess)", lambda: read_row(ours, d, pure=True)
-    )
-    b.rows.append((pure, None))
+        for part, t in b.parts[tree.label].items():
+            goal = goal_of(part, d.name) if tree is trees[0] else None
+            b.rows.append((t, None if goal is None else goal.times))
     return b
 
 
@@ -226,38 +278,56 @@ def table(b: Bench) -> list[str]:
         rates=[("lines/s", d.lines), ("MB/s", round(d.size / 1e6))],
         versus="vs mtail",
         extra=["requests"],
-        label_width=52,
+        label_width=max(52, *(len(r.label) for r in rows)),
     )
     return out
 
 
-def goals(b: Bench) -> str:
-    base = b.mtail.median
-    verdicts = [
-        f"{t.label.removeprefix('ours: ')} {base / t.median:.2f}x (>= {goal:g}x "
-        f"{verdict(base / t.median >= goal)})"
-        for t, goal in b.rows
-        if goal is not None
-    ]
-    return f"goals, {b.dump.name}: " + "; ".join(verdicts)
+def goals_met(b: Bench) -> list[tuple[Goal, float, bool]]:
+    """Each goal on the dump: the ratio it bounds, and whether it is met."""
+    out = []
+    for g in GOALS:
+        if g.dump == b.dump.name:
+            ratio = g.ratio(b.parts["ours"][g.part].median, b.mtail.median, b.grep.median)
+            out.append((g, ratio, g.met(ratio)))
+    return out
 
 
-def against(b: Bench, theirs: str) -> str:
-    """Each part's ratio to mtail, ours and the other tree's, and ours against theirs."""
-    base = b.mtail.median
-    parts = []
-    for part in PARTS:
-        mine, other = b.parts["ours"][part].median, b.parts[theirs][part].median
-        parts.append(
-            f"{part}: ours {base / mine:.2f}x mtail, {theirs} {base / other:.2f}x "
-            f"(ours / {theirs}: {other / mine:.2f}x)"
-        )
-    return f"against {theirs}, {b.dump.name}: " + "; ".join(parts)
+def goals(b: Bench) -> list[str]:
+    verdicts = []
+    for g, ratio, ok in goals_met(b):
+        of = " grep's seconds" if g.of_grep else ""
+        verdicts.append(f"{g.part} {ratio:.2f}x{of} ({g.bound()} {verdict(ok)})")
+    return [f"goals, {b.dump.name}: " + "; ".join(verdicts)] if verdicts else []
 
 
-def header(
-    repeat: int, mtail: str, started: tuple[float, float, float], trees: Sequence[Tree]
-) -> list[str]:
+def against(benches: Sequence[Bench], theirs: str) -> list[str]:
+    """Each of our rows against the other tree's: seconds, ratios to mtail, and our speed over
+    theirs; then ours that are slower by 5% or more."""
+    head = (
+        f"{'against ' + theirs + ': dump, part':<44} {'ours s':>8} {theirs + ' s':>10} "
+        f"{'ours x mtail':>13} {theirs + ' x mtail':>15} {'ours / ' + theirs:>15}"
+    )
+    out, slower = [head, "-" * len(head)], []
+    for b in benches:
+        base = b.mtail.median
+        for part in PARTS:
+            mine, other = b.parts["ours"][part].median, b.parts[theirs][part].median
+            speed = other / mine
+            out.append(
+                f"{b.dump.name + ', ' + part:<44} {mine:8.3f} {other:10.3f} "
+                f"{f'{base / mine:.2f}x':>13} {f'{base / other:.2f}x':>15} {f'{speed:.2f}x':>15}"
+            )
+            if not speed > SLOWER:
+                slower.append(f"{b.dump.name}, {part} ({speed:.2f}x)")
+    if slower:
+        out.append(f"SLOWER than {theirs} by 5% or more: " + "; ".join(slower))
+    else:
+        out.append(f"no row of ours is 5% or more slower than {theirs}'s")
+    return out
+
+
+def header(repeat: int, mtail: str, load: str, trees: Sequence[Tree]) -> list[str]:
     version = subprocess.run(
         [mtail, "--version"], capture_output=True, text=True, check=False
     ).stdout.split()
@@ -265,7 +335,7 @@ def header(
     out = [
         f"bench/ingest: one node's journal dumps, medians of {repeat}, python "
         f"{sys.version.split()[0]}, mtail {version[2] if len(version) > 2 else '?'}, "
-        f"{machine(started)}, compiled fast paths "
+        f"{load}, compiled fast paths "
         f"{f'OFF ({PURE_ENV} is set)' if pure else 'as built'}"
     ]
     out += [
@@ -285,12 +355,157 @@ def results(
         out += ["", *table(b)]
     parts = ", ".join(f"{t.label} {t.median:.3f} s" for t in fixed)
     out += ["", f"fixed costs ({tiny.lines} lines, {tiny.name}, medians): {parts}", ""]
-    out += [goals(b) for b in benches]
-    out += [against(b, theirs) for b in benches for theirs in list(b.parts)[1:]]
+    out += [line for b in benches for line in goals(b)]
+    for theirs in list(benches[0].parts)[1:]:
+        out += ["", *against(benches, theirs), ""]
     agree = "agree" if not problems else "DISAGREE"
     out.append(f"counts: every row {agree} with the generated requests, tokens and seconds")
     out += [f"  PROBLEM: {p}" for p in problems]
     return out
+
+
+# -- the README's table ------------------------------------------------------------------------
+
+# The README table's columns of ours, by part.
+README_PARTS = {
+    "daemon": "daemon process",
+    "report": "report process",
+    "reading path": "reading path (own process)",
+    "pure reading path": "pure Python reading path",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What the line above the README's table says of the run."""
+
+    commit: str  # HEAD's short hash, `+ changes` when the work tree differs from it
+    lines: int  # a dump's
+    repeat: int
+    load: str  # the CPUs and the load average before and after (`_common.machine`)
+
+
+def commit() -> str:
+    """HEAD's short hash, with `+ changes` when a tracked file (bench/README.md aside, which
+    --write-readme rewrites) differs from it."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if head.returncode != 0:
+        return "unknown"
+    readme = README.relative_to(ROOT)
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", f":!{readme}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return head.stdout.strip() + (" + changes" if status.stdout.strip() else "")
+
+
+def times(ratio: float) -> str:
+    """A ratio as the README gives it, to two or three figures."""
+    if ratio >= 20:
+        return f"{ratio:.0f}x"
+    return f"{ratio:.1f}x" if ratio >= 1 else f"{ratio:.2f}x"
+
+
+def seconds(s: float) -> str:
+    """Seconds as the README gives them, to two or three figures."""
+    return f"{s:.1f} s" if s >= 10 else f"{s:.2f} s" if s >= 0.1 else f"{s:.3f} s"
+
+
+def goal_text(g: Goal, ratio: float) -> str:
+    """A ratio with a goal: in bold, the goal beside it, and whether it was missed."""
+    missed = "" if g.met(ratio) else ", not met"
+    if g.of_grep:
+        return f"**{times(ratio)} grep's seconds** (goal at most {g.times:g}x{missed})"
+    return f"**{times(ratio)}** (goal {g.times:g}x{missed})"
+
+
+def cell(b: Bench, part: str) -> str:
+    """Our part's seconds and ratio to mtail, and the goals that apply to it on this dump."""
+    took = b.parts["ours"][part].median
+    g = goal_of(part, b.dump.name)
+    ratio = b.mtail.median / took
+    out = [seconds(took), times(ratio) if g is None else goal_text(g, ratio)]
+    g = goal_of(part, b.dump.name, of_grep=True)
+    if g is not None:
+        out.append(goal_text(g, g.ratio(took, b.mtail.median, b.grep.median)))
+    return ", ".join(out)
+
+
+def missed(benches: Sequence[Bench]) -> str:
+    """The goals not met, or that every one is."""
+    out = []
+    for b in benches:
+        for g, ratio, ok in goals_met(b):
+            if not ok:
+                of = "grep's seconds, goal at most" if g.of_grep else "mtail's speed, goal"
+                out.append(f"the {g.part} on {b.dump.name} ({times(ratio)} {of} {g.times:g}x)")
+    return f"Not met: {'; '.join(out)}." if out else "Every goal is met."
+
+
+def readme_table(
+    benches: Sequence[Bench], fixed: Sequence[Tool[Counted]], tiny: Dump, m: Measured
+) -> list[str]:
+    """What goes between the README's markers: the run, the table, the fixed costs, the goals."""
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    pure = os.environ.get(PURE_ENV, "") not in ("", "0")
+    out = [
+        f"Last measured {when}, commit {m.commit}, {m.load}; {m.lines:,} lines a dump, medians "
+        f"of {m.repeat}{f', compiled fast paths off ({PURE_ENV} set)' if pure else ''}; every "
+        "row counted the generated requests, tokens and seconds exactly:",
+        "",
+        "| workload, form | mtail | " + " | ".join(README_PARTS.values()) + " | grep (floor) |",
+        "|---|" + "---:|" * (len(README_PARTS) + 2),
+    ]
+    for b in benches:
+        d = b.dump
+        mtail, grep = b.mtail.median, b.grep.median
+        row = [f"{d.name} ({d.size / 1e6:,.0f} MB)", seconds(mtail)]
+        row += [cell(b, part) for part in README_PARTS]
+        row.append(f"{seconds(grep)}, {times(mtail / grep)}")
+        out.append("| " + " | ".join(row) + " |")
+    mtail_s, daemon_s, report_s = (t.median for t in fixed[:3])  # mtail, then ours
+    out += [
+        "",
+        f"Fixed costs, on a {tiny.lines}-line dump: mtail {mtail_s:.3f} s, the daemon "
+        f"{daemon_s:.3f} s, the report {report_s:.3f} s.",
+        missed(benches),
+    ]
+    return out
+
+
+def table_span(text: str) -> tuple[int, int]:
+    """Where the text between the README's markers starts and ends; ValueError without them."""
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if begin < 0 or end < begin or text.count(TABLE_BEGIN) != 1 or text.count(TABLE_END) != 1:
+        raise ValueError(f"{README} needs one {TABLE_BEGIN} line and, after it, one {TABLE_END}")
+    return begin + len(TABLE_BEGIN), end
+
+
+def readme_ready(ap: argparse.ArgumentParser) -> None:
+    """The README's markers, found before the run rather than after it (an error otherwise)."""
+    try:
+        table_span(README.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        ap.error(f"--write-readme: {e}")
+
+
+def write_readme(lines: Sequence[str]) -> None:
+    """`lines` between the README's markers, in place of what was there."""
+    text = README.read_text(encoding="utf-8")
+    begin, end = table_span(text)
+    new = text[:begin] + "\n" + "\n".join(lines) + "\n" + text[end:]
+    part = README.with_name(README.name + ".part")
+    part.write_text(new, encoding="utf-8")
+    part.replace(README)
 
 
 def profile_processes(d: Dump, tmp: Path, ours: Tree) -> str:
@@ -351,8 +566,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--against",
         metavar="REV",
-        help="also time commit REV's daemon, report and reading path on the same dumps (built "
+        help="also time commit REV's daemon, report and reading paths on the same dumps (built "
         "in a git worktree with its own venv in the temporary directory)",
+    )
+    ap.add_argument(
+        "--write-readme",
+        action="store_true",
+        help="then, if every count agrees, rewrite the Ingest table of bench/README.md with this "
+        "run's figures",
     )
     ap.add_argument(
         "--read-child", nargs=3, metavar=("PATH", "SINCE_US", "NOW_US"), help=argparse.SUPPRESS
@@ -368,6 +589,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return read_child(Path(path), int(since), int(now))
     if args.lines < TINY_LINES:
         ap.error(f"--lines must be at least {TINY_LINES}")
+    if args.write_readme:
+        readme_ready(ap)
     mtail, grep = shutil.which("mtail"), shutil.which("grep")
     if mtail is None or grep is None or not JOURNAL_REMOTE.exists():
         return missing(
@@ -376,6 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(Debian packages mtail, grep, systemd, systemd-journal-remote)",
         )
     repeat = max(1, args.repeat)
+    head = commit()  # the tree measured, before anyone edits it
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp_name, ExitStack() as stack:
         tmp = Path(tmp_name)
         where = args.keep or tmp
@@ -395,11 +619,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 measure(b.tools, 1, sys.stderr)
         problems = [p for b in benches for t in b.tools for p in check(t, b.dump)]
         problems += [p for t in fixed for p in check(t, tiny)]
-        for line in [
-            *header(repeat, mtail, started, trees),
-            *results(benches, fixed, tiny, problems),
-        ]:
+        load = machine(started)
+        for line in [*header(repeat, mtail, load, trees), *results(benches, fixed, tiny, problems)]:
             print(line)
+        if args.write_readme and problems:
+            print(f"{README}: not written, the counts disagree", file=sys.stderr)
+        elif args.write_readme:
+            write_readme(
+                readme_table(benches, fixed, tiny, Measured(head, args.lines, repeat, load))
+            )
+            print(f"{README}: the Ingest table written", file=sys.stderr)
         if args.profile:
             real = next(d for d in dumps if d.journal.workload == "real" and d.form != "json")
             print(profile_processes(real, tmp, trees[0]))
