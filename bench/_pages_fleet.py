@@ -4,7 +4,7 @@
   then running at the real pace (`live`) from where it stopped.
 - `Workload`: each node's requests, generated as time passes (`until`): 1-3 slots, each slot
   a request after another (0.3-1.1 s a slot, a gap of 0.05-0.25 s a slot), so a node ends
-  about 1.2 requests a second (4,200 an hour: its ring of 4,096 is full) and is busy about
+  about 1.2 requests a second (4,200 an hour: its ring, at most 4,096, is full) and is busy about
   85% of the time. Each request is a launch (a STARTED event) and its end (an Interval);
   most are timed (tokens 50-3,000, both of the default kinds), a few cancelled, errors or
   untimed. Deterministic (`random.Random(seed)`).

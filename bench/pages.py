@@ -6,10 +6,10 @@
 
 For each fleet size, N nodes are built in the daemon's own parts, in this process
 (`_pages_fleet`): a `Core` on a config of N `file` nodes (their sources never start), each
-node busy all hour with 1-3 slots (about 1.2 requests a second a node: its ring of 4,096
-intervals is full), fed as the ingest loop feeds it, a second of journal time a step, through
-`Accounting.add_all` and `Recent.add_all`, then the tick's `Accounting.advance` (which takes
-the history's sample every 10 s).
+node busy all hour with 1-3 slots (about 1.2 requests a second a node: its ring, 4,096
+intervals or its share of the fleet's 131,072, is full), fed as the ingest loop feeds it, a
+second of journal time a step, through `Accounting.add_all` and `Recent.add_all`, then the
+tick's `Accounting.advance` (which takes the history's sample every 10 s).
 
 1. The pages made from that hour: `Publisher.view()` (it runs on the event loop at every
    publish), then `status_page.status_html` (`/`) and `status_json` (`/api/status`) as the
@@ -59,7 +59,7 @@ from _daemon import scrape
 from _pages_fleet import Fleet
 from _pages_live import CAUSES, HALVES, PAGES, SKIP, Live, run_live
 
-from exporter.accounting.lanes import RING_SIZE
+from exporter.accounting.lanes import ring_size
 from exporter.base.times import SECOND
 from exporter.web.routes import Page
 
@@ -310,8 +310,8 @@ def problems(r: Result) -> list[str]:
     out = [
         f"{r.nodes} nodes: {name.strip()}: {value}" for name, value, _, ok in rows(r) if ok is False
     ]
-    if r.ring_min < RING_SIZE:
-        out.append(f"{r.nodes} nodes: a ring holds {r.ring_min}, not {RING_SIZE}")
+    if r.ring_min < ring_size(r.nodes):
+        out.append(f"{r.nodes} nodes: a ring holds {r.ring_min}, not {ring_size(r.nodes)}")
     if r.late:
         out.append(f"{r.nodes} nodes: {r.late} intervals late")
     if r.live.failed():
