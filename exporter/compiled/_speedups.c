@@ -31,6 +31,7 @@
 #include <Python.h>
 #include <ctype.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -524,6 +525,56 @@ static PyObject *log_line(PyTypeObject *line_type, PyObject *node, PyObject *emp
     return line;
 }
 
+/* ---- blocks: a chunk's big arrays, kept for the next chunk ------------------------------- */
+
+/* A chunk's arrays (its Lines' items) take megabytes. Fresh from the system
+ * each time, every page of them faults in zeroed (the daemon has glibc map every block of 128 KiB
+ * or more: ingest.memory), which cost a third of the reading path. So the last BLOCKS_KEPT
+ * blocks freed of at most BLOCK_MOST bytes are kept for the next chunks: the memory kept is
+ * bounded, and a steady stream of chunks reuses the same pages. Taken and given back with the
+ * GIL held (a kept block is shared state); the blocks themselves are raw memory, usable
+ * without it. */
+#define BLOCKS_KEPT 4
+#define BLOCK_MOST ((size_t)8 << 20)
+#define BLOCK_LEAST ((size_t)4096)
+static void *kept[BLOCKS_KEPT];
+static size_t kept_size[BLOCKS_KEPT];
+
+/* A block of at least `need` bytes (`*got` its size), or NULL when memory is out. */
+static void *block_take(size_t need, size_t *got) {
+    int best = -1;
+    for (int k = 0; k < BLOCKS_KEPT; k++)
+        if (kept[k] != NULL && kept_size[k] >= need && kept_size[k] / 4 <= need + BLOCK_LEAST &&
+            (best < 0 || kept_size[k] < kept_size[best]))
+            best = k; /* the smallest that fits, and not four times too big */
+    if (best >= 0) {
+        void *p = kept[best];
+        *got = kept_size[best], kept[best] = NULL;
+        return p;
+    }
+    *got = need < BLOCK_LEAST ? BLOCK_LEAST : need;
+    return PyMem_RawMalloc(*got);
+}
+
+/* A block back: kept (in place of the smallest kept, if smaller) or freed. */
+static void block_give(void *p, size_t size) {
+    if (p == NULL) return;
+    if (size <= BLOCK_MOST) {
+        int slot = -1;
+        for (int k = 0; k < BLOCKS_KEPT && slot < 0; k++)
+            if (kept[k] == NULL) slot = k;
+        if (slot < 0)
+            for (int k = 0; k < BLOCKS_KEPT; k++)
+                if (kept_size[k] < size && (slot < 0 || kept_size[k] < kept_size[slot])) slot = k;
+        if (slot >= 0) {
+            PyMem_RawFree(kept[slot]);
+            kept[slot] = p, kept_size[slot] = size;
+            return;
+        }
+    }
+    PyMem_RawFree(p);
+}
+
 /* ---- Lines: a chunk's keyword lines, decoded but not yet made into LogLines ---------------- */
 
 /* One line of a Lines: its LogLine when made (joined from a list, made on access, or an escaped
@@ -540,6 +591,7 @@ typedef struct {
     PyObject_HEAD
     Py_ssize_t n;
     Item *items;
+    size_t items_size; /* the bytes of `items` (a block: see block_take) */
     Py_buffer view; /* the bytes the items point into (scan), when has_view */
     int has_view;
     PyObject *owners; /* the joined Lines whose buffers the items point into (join), or NULL */
@@ -551,7 +603,7 @@ static PyTypeObject LinesType;
 
 static void lines_dealloc(Lines *self) {
     for (Py_ssize_t j = 0; j < self->n; j++) Py_XDECREF(self->items[j].obj);
-    PyMem_Free(self->items);
+    block_give(self->items, self->items_size);
     if (self->has_view) PyBuffer_Release(&self->view);
     Py_XDECREF(self->owners), Py_XDECREF(self->node), Py_XDECREF(self->line_type);
     Py_XDECREF(self->empty), Py_XDECREF(self->last_pid);
@@ -565,7 +617,9 @@ static Lines *lines_new(Py_ssize_t n, PyObject *node, PyObject *line_type, PyObj
     self->last_pid_value = 0;
     self->node = Py_XNewRef(node), self->line_type = Py_XNewRef(line_type);
     self->empty = Py_XNewRef(empty);
-    self->items = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(Item));
+    self->items = NULL, self->items_size = 0;
+    if (n < 0) return self; /* (the caller sets its items) */
+    self->items = block_take((size_t)(n > 0 ? n : 1) * sizeof(Item), &self->items_size);
     if (self->items == NULL) {
         Py_DECREF(self);
         return (Lines *)PyErr_NoMemory();
@@ -729,27 +783,112 @@ static Py_ssize_t count_newlines(const char *s, Py_ssize_t n) {
     return count;
 }
 
-/* The start of every line holding a keyword, in order, in one pass over the buffer: a
- * Wu-Manber search (Horspool's skip over all keywords at once, on two-byte blocks), which
- * looks at a small fraction of the bytes where a memmem per keyword would read them all once
- * per keyword. Counts the buffer's newlines too (between the lines found, and one for each of
- * them, whose ends are found anyway). Returns the number of starts written, or -1 on a memory
- * error. Needs no GIL. */
-static Py_ssize_t keyword_starts(const char *s, Py_ssize_t n, const char *const *kws,
-                                 const Py_ssize_t *lens, int nkw, Py_ssize_t m,
-                                 Py_ssize_t **starts_out, Py_ssize_t *newlines) {
-    Py_ssize_t cap = 1024, count = 0, counted = 0; /* newlines counted in s[0:counted] */
-    unsigned char *shift = PyMem_RawMalloc(65536);
-    Py_ssize_t *starts = PyMem_RawMalloc(cap * sizeof(Py_ssize_t));
-    *newlines = 0;
-    if (shift == NULL || starts == NULL) goto nomem;
-    unsigned char most = m - 1 > 255 ? 255 : (unsigned char)(m - 1);
-    memset(shift, most, 65536);
+/* A keyword search's tables, made once for a tuple of keywords (scan keeps the last one): the
+ * keywords, the Wu-Manber skip table on two-byte blocks, and for each byte the keywords it may
+ * begin (first) or go on (second) with, as bit masks, so a window is checked against only the
+ * keywords its first two bytes allow. */
+typedef struct {
+    PyObject *keywords; /* the tuple of bytes the tables are made of (a strong reference) */
+    const char *kws[64];
+    Py_ssize_t lens[64], m; /* m: the shortest keyword's length */
+    int nkw;
+    uint64_t first[256], second[256];
+    unsigned char shift[65536];
+} Search;
+
+static void search_free(PyObject *capsule) {
+    Search *t = PyCapsule_GetPointer(capsule, "smllm.search");
+    if (t == NULL) return;
+    Py_XDECREF(t->keywords);
+    PyMem_RawFree(t);
+}
+
+static PyObject *last_search; /* a capsule of the last Search made (the GIL guards it) */
+
+/* The Search of `keywords` (a new reference to its capsule): the last one when the same tuple,
+ * else made (ValueError for keywords that are not 1 to 64 bytes of 2 or more, no newline). */
+static PyObject *search_of(PyObject *keywords) {
+    if (last_search != NULL) {
+        Search *t = PyCapsule_GetPointer(last_search, "smllm.search");
+        if (t != NULL && t->keywords == keywords) return Py_NewRef(last_search);
+    }
+    int nkw = (int)PyTuple_GET_SIZE(keywords);
+    if (nkw < 1 || nkw > 64) {
+        PyErr_SetString(PyExc_ValueError, "scan() takes 1 to 64 keywords");
+        return NULL;
+    }
+    Search *t = PyMem_RawCalloc(1, sizeof *t);
+    if (t == NULL) return PyErr_NoMemory();
+    t->m = PY_SSIZE_T_MAX, t->nkw = nkw;
+    for (int k = 0; k < nkw; k++) {
+        PyObject *kw = PyTuple_GET_ITEM(keywords, k);
+        if (!PyBytes_Check(kw) || PyBytes_GET_SIZE(kw) < 2 ||
+            memchr(PyBytes_AS_STRING(kw), '\n', (size_t)PyBytes_GET_SIZE(kw))) {
+            PyMem_RawFree(t);
+            PyErr_SetString(PyExc_ValueError, "keywords must be bytes of 2 or more, no newline");
+            return NULL;
+        }
+        t->kws[k] = PyBytes_AS_STRING(kw), t->lens[k] = PyBytes_GET_SIZE(kw);
+        if (t->lens[k] < t->m) t->m = t->lens[k];
+        t->first[(unsigned char)t->kws[k][0]] |= (uint64_t)1 << k;
+        t->second[(unsigned char)t->kws[k][1]] |= (uint64_t)1 << k;
+    }
+    Py_ssize_t m = t->m;
+    memset(t->shift, m - 1 > 255 ? 255 : (int)(m - 1), sizeof t->shift);
     for (int k = 0; k < nkw; k++)
         for (Py_ssize_t j = 1; j < m; j++) {
-            unsigned h = (unsigned char)kws[k][j - 1] << 8 | (unsigned char)kws[k][j];
-            if (m - 1 - j < shift[h]) shift[h] = (unsigned char)(m - 1 - j);
+            unsigned h = (unsigned char)t->kws[k][j - 1] << 8 | (unsigned char)t->kws[k][j];
+            if (m - 1 - j < t->shift[h]) t->shift[h] = (unsigned char)(m - 1 - j);
         }
+    t->keywords = Py_NewRef(keywords); /* (the kws point into its bytes) */
+    PyObject *capsule = PyCapsule_New(t, "smllm.search", search_free);
+    if (capsule == NULL) {
+        Py_DECREF(t->keywords);
+        PyMem_RawFree(t);
+        return NULL;
+    }
+    Py_XSETREF(last_search, Py_NewRef(capsule));
+    return capsule;
+}
+
+/* One part of a chunk, as scan reads it: its keyword lines, each decoded into an item. */
+typedef struct {
+    const char *s;
+    Py_ssize_t n;
+    const Search *t;
+    long long max_line, since_us;
+    Item *items; /* a raw block of items_size bytes (grown as needed) */
+    size_t items_size;
+    Py_ssize_t count, newlines, raw; /* count -1: out of memory */
+    Py_ssize_t escaped; /* JSON lines with an escape in the message or cursor */
+} Part;
+
+/* The line s[0:len] decoded into `it` (its time, PID, message and common token), or left for
+ * the Python decoder (d.ok 0). */
+static void decode_line(const char *line, Py_ssize_t len, long long max_line, Item *it) {
+    Found *d = &it->d;
+    it->obj = NULL, it->line = line, d->len = len;
+    d->ok = len <= max_line && (is_digit(line[0])   ? decode_short(line, len, d)
+                                : line[0] == '{' ? decode_json(line, len, d)
+                                                 : 0);
+    d->has_tok = d->ok && !(d->shape == SHAPE_JSON && d->msg_esc) &&
+                 bytes_token(line + d->msg, d->end - d->msg, &d->tok);
+}
+
+/* Every line of the part holding a keyword, in order, in one pass over its bytes: a Wu-Manber
+ * search (Horspool's skip over all keywords at once, on two-byte blocks), which looks at a
+ * small fraction of the bytes where a memmem per keyword would read them all once per
+ * keyword; each line found is decoded at once, while it is in the cache. Counts the part's
+ * newlines too (between the lines found, and one for each of them, whose ends are found
+ * anyway). Needs no GIL (a thread's own: see each_part). */
+static void *scan_part(void *arg) {
+    Part *p = arg;
+    const char *s = p->s;
+    const Search *t = p->t;
+    const Py_ssize_t n = p->n, m = t->m;
+    const unsigned char *shift = t->shift;
+    Py_ssize_t count = 0, counted = 0, newlines = 0, raw = 0; /* newlines in s[0:counted] */
+    Py_ssize_t cap = (Py_ssize_t)(p->items_size / sizeof(Item));
     Py_ssize_t pos = m - 1;
     while (pos < n) {
         unsigned char d = shift[(unsigned char)s[pos - 1] << 8 | (unsigned char)s[pos]];
@@ -758,40 +897,45 @@ static Py_ssize_t keyword_starts(const char *s, Py_ssize_t n, const char *const 
             continue;
         }
         Py_ssize_t w = pos - m + 1;
+        uint64_t may = t->first[(unsigned char)s[w]] & t->second[(unsigned char)s[w + 1]];
         int hit = 0;
-        for (int k = 0; k < nkw && !hit; k++)
-            hit = w + lens[k] <= n && s[w] == kws[k][0] && s[w + 1] == kws[k][1] &&
-                  memcmp(s + w, kws[k], (size_t)lens[k]) == 0;
+        while (may && !hit) {
+            int k = __builtin_ctzll(may);
+            may &= may - 1;
+            hit = w + t->lens[k] <= n && memcmp(s + w, t->kws[k], (size_t)t->lens[k]) == 0;
+        }
         if (!hit) {
             pos++;
             continue;
         }
         const char *nl = memrchr(s + counted, '\n', (size_t)(w - counted));
         if (count == cap) {
-            Py_ssize_t *more = PyMem_RawRealloc(starts, 2 * cap * sizeof(Py_ssize_t));
-            if (more == NULL) goto nomem;
-            starts = more, cap *= 2;
+            Item *more = PyMem_RawRealloc(p->items, 2 * (size_t)cap * sizeof(Item));
+            if (more == NULL) {
+                p->count = -1;
+                return NULL;
+            }
+            p->items = more, cap *= 2, p->items_size = (size_t)cap * sizeof(Item);
         }
         Py_ssize_t start = nl == NULL ? counted : nl - s + 1;
-        starts[count++] = start;
-        *newlines += count_newlines(s + counted, start - counted);
+        newlines += count_newlines(s + counted, start - counted);
         const char *eol = memchr(s + w, '\n', (size_t)(n - w));
+        Item *it = &p->items[count];
+        decode_line(s + start, eol == NULL ? n - start : eol - s - start, p->max_line, it);
+        if (!it->d.ok) raw++, count++;
+        else if (it->d.time_us >= p->since_us) /* (an older line is left out here and now) */
+            count++, p->escaped += it->d.shape == SHAPE_JSON && (it->d.msg_esc || it->d.cur_esc);
         if (eol == NULL) {
             counted = n;
             break;
         }
-        *newlines += 1;
+        newlines += 1;
         counted = eol - s + 1;
         pos = counted + m - 1; /* the next line's first window */
     }
-    *newlines += count_newlines(s + counted, n - counted);
-    PyMem_RawFree(shift);
-    *starts_out = starts;
-    return count;
-nomem:
-    PyMem_RawFree(shift);
-    PyMem_RawFree(starts);
-    return -1;
+    p->newlines = newlines + count_newlines(s + counted, n - counted);
+    p->count = count, p->raw = raw;
+    return NULL;
 }
 
 /* A tuple subclass laid out as a tuple (a NamedTuple), which tp_alloc can make directly. */
@@ -817,16 +961,30 @@ static int clamped(PyObject *v, const char *what, long long lo, long long hi, lo
     return 0;
 }
 
+/* A chunk this long or longer is read in two threads, each half on its own (cut at a line
+ * end): a backlog is read about twice as fast where a core is free. */
+#ifndef SCAN_SPLIT
+#define SCAN_SPLIT ((Py_ssize_t)1 << 20)
+#endif
+
+/* f on each of the `np` parts (1 or 2), the first in a thread of its own (in this one when no
+ * thread can be made). Needs no GIL. */
+static void each_part(void *(*f)(void *), Part *parts, int np) {
+    pthread_t thread;
+    int started = np > 1 && pthread_create(&thread, NULL, f, &parts[0]) == 0;
+    for (int k = started; k < np; k++) f(&parts[k]);
+    if (started) pthread_join(thread, NULL);
+}
+
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer data;
     PyObject *keywords, *node, *since_arg, *max_arg, *out = NULL, *lines = NULL, *empty = NULL;
-    PyObject *last_pid = NULL;
+    PyObject *last_pid = NULL, *search = NULL;
+    Lines *l = NULL; /* every keyword line, decoded where it is of a usual shape */
     long long last_pid_value = 0, since_us, max_line;
     PyTypeObject *line_type;
-    Py_ssize_t *starts = NULL;
-    Found *found = NULL; /* per line: decoded, or to hand back raw */
-    const char *kws[64];
-    Py_ssize_t lens[64], m = PY_SSIZE_T_MAX;
+    Part parts[2];
+    int np = 0;
     if (!PyArg_ParseTuple(args, "y*O!UOO!O:scan", &data, &PyTuple_Type, &keywords, &node,
                           &since_arg, &PyType_Type, &line_type, &max_arg))
         return NULL;
@@ -837,95 +995,86 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "scan() needs a NamedTuple type for its lines");
         goto fail;
     }
-    int nkw = (int)PyTuple_GET_SIZE(keywords);
-    if (nkw < 1 || nkw > 64) {
-        PyErr_SetString(PyExc_ValueError, "scan() takes 1 to 64 keywords");
-        goto fail;
-    }
-    for (int k = 0; k < nkw; k++) {
-        PyObject *kw = PyTuple_GET_ITEM(keywords, k);
-        if (!PyBytes_Check(kw) || PyBytes_GET_SIZE(kw) < 2 ||
-            memchr(PyBytes_AS_STRING(kw), '\n', (size_t)PyBytes_GET_SIZE(kw))) {
-            PyErr_SetString(PyExc_ValueError, "keywords must be bytes of 2 or more, no newline");
+    if ((search = search_of(keywords)) == NULL) goto fail;
+    const Search *t = PyCapsule_GetPointer(search, "smllm.search");
+    if (t == NULL || (empty = PyUnicode_New(0, 0)) == NULL) goto fail;
+    const char *buf = data.buf;
+    Py_ssize_t n = data.len, count = 0, newlines = 0, raw = 0, escaped = 0;
+    /* the parts: two halves of a long chunk, the first ending at the newline after its middle */
+    const char *mid = n >= SCAN_SPLIT ? memchr(buf + n / 2, '\n', (size_t)(n - n / 2)) : NULL;
+    Py_ssize_t cut = mid == NULL ? n : mid - buf + 1;
+    for (Py_ssize_t from = 0; from < n || np == 0; from = cut, cut = n) {
+        Part *p = &parts[np++];
+        memset(p, 0, sizeof *p);
+        p->s = buf + from, p->n = cut - from, p->t = t;
+        p->max_line = max_line, p->since_us = since_us;
+        /* (room for a line in 200 bytes: more is grown into) */
+        p->items = block_take(((size_t)p->n / 200 + 16) * sizeof(Item), &p->items_size);
+        if (p->items == NULL) {
+            PyErr_NoMemory();
             goto fail;
         }
-        kws[k] = PyBytes_AS_STRING(kw), lens[k] = PyBytes_GET_SIZE(kw);
-        if (lens[k] < m) m = lens[k];
     }
-    const char *buf = data.buf;
-    Py_ssize_t n = data.len;
-    Py_ssize_t count, newlines;
-    Py_BEGIN_ALLOW_THREADS /* the bytes object cannot change: search and decode in parallel */
-    count = keyword_starts(buf, n, kws, lens, nkw, m, &starts, &newlines);
-    if (count > 0 && (found = PyMem_RawMalloc((size_t)count * sizeof(Found))) == NULL)
-        count = -1;
-    for (Py_ssize_t j = 0; j < count; j++) {
-        const char *line = buf + starts[j];
-        const char *eol = memchr(line, '\n', (size_t)(n - starts[j]));
-        Py_ssize_t len = eol == NULL ? n - starts[j] : eol - line;
-        found[j].len = len;
-        Found *d = &found[j];
-        d->ok = len <= max_line && (is_digit(line[0])   ? decode_short(line, len, d)
-                                    : line[0] == '{' ? decode_json(line, len, d)
-                                                     : 0);
-        d->has_tok = d->ok && !(d->shape == SHAPE_JSON && d->msg_esc) &&
-                     bytes_token(line + d->msg, d->end - d->msg, &d->tok);
-    }
+    Py_BEGIN_ALLOW_THREADS /* the bytes object cannot change: read it in parallel */
+    each_part(scan_part, parts, np);
     Py_END_ALLOW_THREADS
-    if (count < 0) {
-        PyErr_NoMemory();
-        goto fail;
+    for (int k = 0; k < np; k++) {
+        if (parts[k].count < 0) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        count += parts[k].count, newlines += parts[k].newlines, raw += parts[k].raw;
+        escaped += parts[k].escaped;
     }
-    Py_ssize_t raw = 0;
-    empty = PyUnicode_New(0, 0);
-    if (empty == NULL) goto fail;
-    for (Py_ssize_t j = 0; j < count; j++) raw += !found[j].ok;
-    if (raw == 0) { /* every line decoded (the usual case): a Lines holding the bytes */
-        Lines *l = lines_new(count, node, (PyObject *)line_type, empty);
-        if (l == NULL) goto fail;
-        for (Py_ssize_t j = 0; j < count && l != NULL; j++) {
-            Item *it = &l->items[l->n];
-            if (found[j].time_us < since_us) continue;
-            it->obj = NULL, it->line = buf + starts[j], it->d = found[j];
-            l->n++;
-            if (it->d.shape == SHAPE_JSON && (it->d.msg_esc || it->d.cur_esc)) {
-                /* made now: should the decoder refuse it after all, it is handed back raw */
-                it->obj = log_line(line_type, node, empty, &l->last_pid, &l->last_pid_value,
-                                   it->line, &it->d);
-                if (it->obj == NULL) {
-                    l->n--;
-                    Py_CLEAR(l);
-                    if (PyErr_ExceptionMatches(PyExc_MemoryError)) goto fail;
-                    PyErr_Clear();
-                }
+    if (np == 1) { /* the Lines takes the part's items as they are */
+        if ((l = lines_new(-1, node, (PyObject *)line_type, empty)) == NULL) goto fail;
+        l->items = parts[0].items, l->items_size = parts[0].items_size;
+        parts[0].items = NULL;
+    } else {
+        if ((l = lines_new(count, node, (PyObject *)line_type, empty)) == NULL) goto fail;
+        memcpy(l->items, parts[0].items, (size_t)parts[0].count * sizeof(Item));
+        memcpy(l->items + parts[0].count, parts[1].items, (size_t)parts[1].count * sizeof(Item));
+    }
+    Item *items = l->items;
+    l->n = count; /* (every obj is set: the Lines owns them now) */
+    for (Py_ssize_t j = 0; j < count && raw == 0 && escaped > 0; j++) {
+        Item *it = &items[j];
+        if (it->d.shape == SHAPE_JSON && (it->d.msg_esc || it->d.cur_esc)) {
+            /* made now: should the decoder refuse it after all, every line is handed back */
+            it->obj = log_line(line_type, node, empty, &l->last_pid, &l->last_pid_value,
+                               it->line, &it->d);
+            if (it->obj == NULL) {
+                if (PyErr_ExceptionMatches(PyExc_MemoryError)) goto fail;
+                PyErr_Clear();
+                raw = 1;
             }
         }
-        if (l != NULL) {
-            if (l->n > 0) { /* the items point into the bytes: the Lines holds them */
-                l->view = data, l->has_view = 1;
-                data.obj = NULL, data.buf = NULL;
-            }
-            out = Py_BuildValue("(Nnn)", (PyObject *)l, newlines, (Py_ssize_t)0);
-            goto fail; /* (the common exit) */
+    }
+    if (raw == 0) { /* every line decoded (the usual case): the Lines, holding the bytes */
+        if (count > 0) { /* the items point into the bytes: the Lines holds them */
+            l->view = data, l->has_view = 1;
+            data.obj = NULL, data.buf = NULL;
         }
+        out = Py_BuildValue("(Nnn)", (PyObject *)l, newlines, (Py_ssize_t)0);
+        l = NULL;
+        goto fail; /* (the common exit) */
     }
     raw = 0;
     lines = PyList_New(0);
     if (lines == NULL) goto fail;
     for (Py_ssize_t j = 0; j < count; j++) {
-        const char *line = buf + starts[j];
-        const Found *d = &found[j];
+        const Item *it = &items[j];
+        const Found *d = &it->d;
         PyObject *item = NULL;
-        if (d->ok) {
-            if (d->time_us < since_us) continue;
-            item = log_line(line_type, node, empty, &last_pid, &last_pid_value, line, d);
+        if (d->ok) { /* (none older than since_us: left out already) */
+            item = log_line(line_type, node, empty, &last_pid, &last_pid_value, it->line, d);
             if (item == NULL && !PyErr_ExceptionMatches(PyExc_MemoryError))
                 PyErr_Clear(); /* (validated, so never) the decoder's to judge: raw */
             else if (item == NULL)
                 goto fail;
         }
         if (item == NULL) {
-            item = PyBytes_FromStringAndSize(line, d->len);
+            item = PyBytes_FromStringAndSize(it->line, d->len);
             raw++;
         }
         if (item == NULL) goto fail;
@@ -937,10 +1086,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     lines = NULL;
 fail:
     Py_XDECREF(lines);
+    Py_XDECREF(l);
     Py_XDECREF(empty);
     Py_XDECREF(last_pid);
-    PyMem_RawFree(found);
-    PyMem_RawFree(starts);
+    Py_XDECREF(search);
+    for (int k = 0; k < np; k++) block_give(parts[k].items, parts[k].items_size);
     if (data.obj != NULL) PyBuffer_Release(&data);
     return out;
 }
@@ -1217,6 +1367,10 @@ static PyObject *record(PyTypeObject *type, PyObject **items, Py_ssize_t n) {
         if (items[j] == NULL) goto fail;
     if ((r = type->tp_alloc(type, n)) == NULL) goto fail;
     for (Py_ssize_t j = 0; j < n; j++) PyTuple_SET_ITEM(r, j, items[j]);
+    /* Untracked by the cyclic collector: a record holds only ints, strs, None and enum members,
+     * so it is never part of a cycle, and the collector need not walk the hundreds of
+     * thousands a backlog makes (it spent 6% of the reading path on them). */
+    PyObject_GC_UnTrack(r);
     return r;
 fail:
     for (Py_ssize_t j = 0; j < n; j++) Py_XDECREF(items[j]);
