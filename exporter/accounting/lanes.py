@@ -37,6 +37,9 @@ from exporter.base.records import (
     Interval,
     Record,
 )
+from exporter.compiled import switch
+
+_compiled = switch.accounting  # (None: the Python reference runs)
 
 # Intervals kept per node for the status page: RING_SIZE, or fewer in a large fleet, so that all
 # the rings hold RING_BUDGET at most (an interval costs about 200 bytes; 2,000 nodes at 4,096
@@ -84,7 +87,15 @@ class Recent:
 
     def add_all(self, recs: Iterable[Record]) -> None:
         """Keep the intervals (in the order given), but none of reason `lost` (its end is not
-        known) and none of a node not known; events are ignored."""
+        known) and none of a node not known; events are ignored. (Compiled where it is built,
+        for a list or tuple: every batch's records pass here.)"""
+        if _compiled is not None and (type(recs) is list or type(recs) is tuple):
+            _compiled.keep_recent(self.rings, recs, Interval, LOST_REASON)
+            return
+        self.add_all_reference(recs)
+
+    def add_all_reference(self, recs: Iterable[Record]) -> None:
+        """`add_all` in Python: the specification of the compiled `keep_recent`."""
         rings = self.rings
         for rec in recs:
             if type(rec) is Interval and rec[I_REASON] != LOST_REASON:

@@ -7,6 +7,8 @@
  *                                 Events), counted
  *   sweep(pending, lo, hi, ...) ~ accounting/sweep.py's sweep: the pending intervals kept, and
  *                                 what the sweep adds to the timeline figures
+ *   keep_recent(rings, recs, interval, lost) ~ lanes.Recent.add_all_reference: each node's
+ *                                 ring of recent intervals, for the status page
  * It reads the records' fields by position and the accounting's objects by attribute name:
  * check_layouts(layouts), which exporter.compiled.switch calls at import, refuses Python layouts
  * (accounting/contract.py, base/records.py) that differ from the ones below, and the switch
@@ -1121,6 +1123,57 @@ done:
 
 /* ---- the module --------------------------------------------------------------------------- */
 
+/* ---- keep_recent: each node's ring of recent intervals ----------------------------------- */
+
+/* keep_recent(rings, recs, interval_type, lost) -> None: append to rings[rec.node] (a deque
+ * with a maxlen, or anything with an `append`) every record of `recs` (a list or tuple) whose
+ * type is exactly interval_type and whose reason is not `lost`, in order; a node without a ring
+ * is skipped. The bound `append` of the last node's ring is kept while the node is the same. */
+static PyObject *keep_recent(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyDict_Check(args[0]) || !(PyList_Check(args[1]) || PyTuple_Check(args[1])) ||
+        !PyType_Check(args[2]) || !PyUnicode_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "keep_recent(rings: dict, recs: list | tuple, interval_type, lost: str)");
+        return NULL;
+    }
+    PyObject *rings = args[0], *recs = args[1], *lost = args[3];
+    PyTypeObject *interval_type = (PyTypeObject *)args[2];
+    PyObject *last_node = NULL, *append = NULL, *result = NULL;
+    PyObject *seq = Py_NewRef(recs); /* (a list may change under the calls below) */
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
+        PyObject *rec = PySequence_Fast_GET_ITEM(seq, j);
+        if (Py_TYPE(rec) != interval_type || PyTuple_GET_SIZE(rec) != I_N) continue;
+        PyObject *reason = PyTuple_GET_ITEM(rec, I_REASON);
+        if (reason == lost) continue;
+        if (PyUnicode_Check(reason) && PyUnicode_GET_LENGTH(reason) > 0) {
+            int same = PyUnicode_Compare(reason, lost);
+            if (same == -1 && PyErr_Occurred()) goto done;
+            if (same == 0) continue;
+        }
+        PyObject *node = PyTuple_GET_ITEM(rec, I_NODE);
+        if (node != last_node) {
+            Py_CLEAR(append);
+            Py_XSETREF(last_node, Py_NewRef(node));
+            PyObject *ring = PyDict_GetItemWithError(rings, node); /* (borrowed) */
+            if (ring == NULL) {
+                if (PyErr_Occurred()) goto done;
+                continue;
+            }
+            if ((append = PyObject_GetAttrString(ring, "append")) == NULL) goto done;
+        }
+        if (append == NULL) continue; /* (a node without a ring) */
+        PyObject *r = PyObject_CallOneArg(append, rec);
+        if (r == NULL) goto done;
+        Py_DECREF(r);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(append);
+    Py_XDECREF(last_node);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"check_layouts", check_layouts, METH_O,
      "check_layouts(layouts) -> None: ValueError unless layouts ({name: field or attribute\n"
@@ -1130,6 +1183,9 @@ static PyMethodDef methods[] = {
      "recs[start:] for as long as they are intervals and STARTED events (of types: Interval,\n"
      "Event, STARTED) it can take exactly; the index of the first record it leaves to Python\n"
      "(len(recs) when none)."},
+    {"keep_recent", (PyCFunction)(void (*)(void))keep_recent, METH_FASTCALL,
+     "keep_recent(rings, recs, interval_type, lost) -> None: lanes.Recent.add_all_reference:\n"
+     "each interval of recs (but those of reason lost) appended to its node's ring, if any."},
     {"sweep", (PyCFunction)(void (*)(void))sweep, METH_FASTCALL,
      "sweep(pending, lo, hi, n_nodes, n_kinds) -> (keep, concurrency, mix_by_mask, busy,\n"
      "slot_busy) or\n"

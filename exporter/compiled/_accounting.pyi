@@ -6,6 +6,9 @@ def check_layouts(layouts: dict[str, tuple[str, ...]], /) -> None: ...
 def add_all(
     recs: Sequence[object], start: int, accounting: object, types: tuple[object, ...], /
 ) -> int: ...
+def keep_recent(
+    rings: dict[str, object], recs: Sequence[object], interval_type: type, lost: str, /
+) -> None: ...
 def sweep(
     pending: list[tuple[int, int, int, int]],
     lo: int,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import random
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -31,6 +32,7 @@ from exporter.accounting import intake
 from exporter.accounting.accounting import Accounting
 from exporter.accounting.contract import RECORD_TYPES
 from exporter.accounting.figures import KindCounters, NodeState
+from exporter.accounting.lanes import Recent
 from exporter.accounting.settings import DEFAULT_BUCKETS_S, DEFAULT_PHASE_BUCKETS_S
 from exporter.base.kinds import DEFAULT_RULES, KindRule, Kinds
 from exporter.base.records import Event, EventKind, Interval, Record
@@ -660,3 +662,47 @@ def test_the_compiled_sweep_sweeps_or_hands_back() -> None:
     assert _accounting.sweep([], 0, 10, 1, 1) == ([], [10, 0], [10, 0], [0], [0])
     with pytest.raises(TypeError):
         _accounting.sweep((), 0, 10, 1, 1)  # type: ignore[arg-type]
+
+
+# -- keep_recent: the status page's rings --------------------------------------------------------
+
+recent_records = st.lists(
+    st.one_of(
+        st.builds(
+            Interval,
+            st.sampled_from((*NODES, "unknown")),
+            st.integers(0, 10),
+            st.integers(10, 20),
+            st.integers(0, 5),
+            # (the last: equal to "lost", not the same str)
+            reason=st.sampled_from(("", "lost", "cancelled", "error", "untimed", "".join("lost"))),
+        ),
+        st.builds(Event, st.sampled_from(NODES), st.integers(0, 10), st.just(EventKind.STARTED)),
+        st.tuples(st.sampled_from(NODES), st.integers()),  # (not a record: skipped)
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(recent_records, max_size=5), st.integers(1, 6))
+def test_the_compiled_rings_keep_what_the_reference_keeps(
+    batches: list[list[Record]], size: int
+) -> None:
+    compiled, reference = Recent(NODES, size), Recent(NODES, size)
+    for batch in batches:
+        compiled.add_all(batch)
+        reference.add_all_reference(batch)
+        assert compiled.rings == reference.rings
+        assert all(ring.maxlen == size for ring in compiled.rings.values())
+
+
+def test_the_compiled_rings_refuse_arguments_of_other_types() -> None:
+    rings: dict[str, object] = {"a": deque()}
+    with pytest.raises(TypeError):
+        _accounting.keep_recent(rings, iter([]), Interval, "lost")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _accounting.keep_recent([], [], Interval, "lost")  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):  # (a ring without an append)
+        _accounting.keep_recent({"a": 1}, [Interval("a", 0, 1, 1)], Interval, "lost")
+    assert rings == {"a": deque()}
