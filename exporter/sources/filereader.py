@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
 BACKLOG_READS = 4  # chunks read at once while a backlog is read
+# Buffers a file's reads go into, reused while a backlog is read: a Batch holds its buffer
+# until its lines are applied, so a few are in use at once. Fresh memory for every read
+# instead faulted each page in zeroed: a tenth of the reading path on JSON dumps. Dropped once
+# the file is read to its end.
+READ_BUFFERS = 3
 STDIN = Path("-")
 _GZIP_MAGIC = b"\x1f\x8b"
 CLOSE_WAIT_SECONDS = 0.25  # how long a cancelled source waits for its thread to close the file
@@ -89,6 +94,7 @@ class FileSource:
         # the file last left for another at the path, where it was left and the bytes before
         self._left: tuple[FilePosition, bytes] | None = None
         self._backlog = False
+        self._buffers: list[bytearray] = []  # (see READ_BUFFERS)
         self._lock = threading.Lock()
         self._gap = False  # the saved position could not be resumed: say so in the next batch
 
@@ -150,7 +156,7 @@ class FileSource:
         self._said_caught_up = len(data) < size if self._stream else at_end
         return self._batch(chunk, self._said_caught_up)
 
-    def _held_back(self, data: bytes) -> bytes:
+    def _held_back(self, data: bytes | bytearray) -> bytes | bytearray:
         """`data` but the NULs that end the file: not read yet (a gap its writer has yet to
         fill, on NFS or by a writer that reserves its space; or a power cut's, read once
         something follows them), so the bytes that fill it are read where they land."""
@@ -159,14 +165,33 @@ class FileSource:
         self._file.seek(len(kept) - len(data), os.SEEK_CUR)
         return kept
 
-    def _read(self, size: int) -> bytes:
+    def _read(self, size: int) -> bytes | bytearray:
         assert self._file is not None
         if not self._stream:
-            return self._file.read(size)
+            buf = self._buffer(size)
+            if buf is None:
+                return self._file.read(size)
+            n = self._file.readinto(buf) or 0
+            if n == size:
+                return buf
+            self._buffers.clear()  # (read to the end: no backlog to read into them)
+            return bytes(memoryview(buf)[:n])
         try:
             return os.read(self._file.fileno(), size)
         except BlockingIOError:  # a writer, but nothing written yet
             return b""
+
+    def _buffer(self, size: int) -> bytearray | None:
+        """A buffer of `size` bytes that nothing holds any more (no Lines views it, no Batch
+        or chunk refers to it), or None when READ_BUFFERS are in use."""
+        for buf in self._buffers:
+            # held by the list, by `buf` and by getrefcount's argument, and by nothing else
+            if len(buf) == size and sys.getrefcount(buf) == 3:
+                return buf
+        if len(self._buffers) >= READ_BUFFERS:
+            return None
+        self._buffers.append(bytearray(size))
+        return self._buffers[-1]
 
     def _not_followed(self, why: str) -> Batch | None:
         """The path holds no file to follow: said once (until it changes), then polled."""

@@ -60,7 +60,7 @@ def find_lines(data: bytes) -> list[bytes]:
 
 
 def _scan(
-    data: bytes | memoryview, node: str, since_us: int, max_line: int
+    data: bytes | bytearray | memoryview, node: str, since_us: int, max_line: int
 ) -> tuple[Sequence[bytes | LogLine], int, int]:
     """The keyword lines of `data` (whole lines), the newlines in it and how many of the lines
     are left raw: compiled, each line of a usual shape comes decoded (dropped when older than
@@ -70,7 +70,7 @@ def _scan(
             data, KEYWORDS, node, since_us, LogLine, max_line
         )
         return found
-    if isinstance(data, memoryview):
+    if not isinstance(data, bytes):
         data = bytes(data)
     lines: list[bytes | LogLine] = list(find_lines(data))
     return lines, data.count(b"\n"), len(lines)
@@ -156,8 +156,9 @@ class LineReader:
         self._skip_bytes = 0  # its length so far
         self._found = 0
 
-    def feed(self, data: bytes) -> Chunk:
-        """The next bytes of the stream."""
+    def feed(self, data: bytes | bytearray) -> Chunk:
+        """The next bytes of the stream (a bytearray is read as it is, never kept: the Lines
+        made of it hold it until they are done with)."""
         chunk = Chunk()
         # `data` as it is framed (each NUL a line end), `raw` as it came: the same length, and
         # the same object when there is no NUL (the usual case: a single memchr pass to know)
@@ -186,7 +187,7 @@ class LineReader:
             self._decode(head, 0, len(head), chunk, raw_head)
         if start < cut:
             self._decode(data, start, cut, chunk, raw)
-        self._partial = data[cut:]
+        self._partial = bytes(data[cut:])
         if len(self._partial) > self.max_line:
             self._start_skip(chunk)
         return chunk
@@ -201,7 +202,9 @@ class LineReader:
             self._decode(whole, 0, len(whole), chunk, whole)
         return chunk
 
-    def _decode(self, data: bytes, start: int, end: int, chunk: Chunk, raw: bytes) -> None:
+    def _decode(
+        self, data: bytes | bytearray, start: int, end: int, chunk: Chunk, raw: bytes | bytearray
+    ) -> None:
         """The whole lines data[start:end] (read without copying them); `raw`: the same bytes
         before NULs became line ends (`data` itself when there were none)."""
         view = data if start == 0 and end == len(data) else memoryview(data)[start:end]
@@ -239,7 +242,7 @@ class LineReader:
         self.offset += end - start
         self.lineno += entries
 
-    def _newest(self, data: bytes, start: int, end: int, chunk: Chunk) -> None:
+    def _newest(self, data: bytes | bytearray, start: int, end: int, chunk: Chunk) -> None:
         """The newest line with a time (not a `-- Boot --` note) in data[start:end], and its
         cursor; each of the last lines copied alone."""
         for _ in range(16):
@@ -250,7 +253,7 @@ class LineReader:
             first = max(data.rfind(b"\n", start, end) + 1, start)
             if end - first <= self.max_line:
                 try:
-                    line = self.decoder.decode(data[first:end])
+                    line = self.decoder.decode(bytes(data[first:end]))
                 except EntryError:
                     line = None
                 if line is not None:
@@ -258,7 +261,9 @@ class LineReader:
                     return
             end = first
 
-    def _error(self, chunk: Chunk, region: tuple[bytes, bytes], line: bytes, why: str) -> None:
+    def _error(
+        self, chunk: Chunk, region: tuple[bytes, bytes | bytearray], line: bytes, why: str
+    ) -> None:
         """`line`, found in `region` (the bytes decoded, framed and as they came), is `why`."""
         if len(chunk.errors) >= _ERRORS_KEPT:
             chunk.errors.append(f"{self.where}: {why[:60]}")
@@ -285,7 +290,7 @@ class LineReader:
         self._skipped_tail = partial[-_LONGEST:]
         self._skip_bytes = len(partial)
 
-    def _skip(self, data: bytes, raw: bytes, chunk: Chunk) -> int:
+    def _skip(self, data: bytes | bytearray, raw: bytes | bytearray, chunk: Chunk) -> int:
         """Bytes of a line too long to keep (`raw` as they came): look for its end (and for a
         keyword in it); how many of them it took."""
         nl = data.find(b"\n")
