@@ -92,7 +92,7 @@ def _report(o: ReportOptions) -> int:
     nodes = _nodes(o.inputs) if o.inputs else cfg.nodes
     kinds = Kinds(split_rules(o.split_tokens)) if o.split_tokens is not None else cfg.kinds
     s = settings(cfg, kinds, o.max_request_seconds)
-    tune_gc()
+    tune_gc(long_lived=False)
     names = [n.name for n in nodes]
     builder = Builder(names, s, o.since_us, o.until_us, timeline=o.format == "html")
     replay = None

@@ -1,7 +1,7 @@
 """The process's memory as the service runs it: the garbage collector's pace, glibc's mmap use.
 
 `tune_gc` is called once everything long-lived exists: by the daemon's `run_until_signalled`,
-the report, and the ingest benchmark.
+the report (as a one-shot run), and the ingest benchmark.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_THRESHOLD = 128 * 1024
 
 
-def tune_gc() -> None:
+def tune_gc(*, long_lived: bool = True) -> None:
     """The cyclic garbage collector as the service runs it (the daemon's `run_until_signalled`,
-    the report, the ingest benchmark).
+    the report, the ingest benchmark); `long_lived=False` for a one-shot run (the report), which
+    leaves glibc's mmap threshold alone: its memory is given back when it exits, and the heap
+    reuses the pages of each chunk read (a report 1.3x faster, for a few MiB more at peak).
 
     What exists by now (modules, the config) lives as long as the process: the collector need
     not walk it again (a full collection of it held the event loop ~80 ms: a scrape that slow);
@@ -26,7 +28,8 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
-    _fixed_mmap_threshold()
+    if long_lived:
+        _fixed_mmap_threshold()
 
 
 def _fixed_mmap_threshold() -> None:
