@@ -9,6 +9,9 @@
  *                                 what the sweep adds to the timeline figures
  *   keep_recent(rings, recs, interval, lost) ~ lanes.Recent.add_all_reference: each node's
  *                                 ring of recent intervals, for the status page
+ *   window_run(recs, start, ...) ~ report.window.window_run_reference: how far a batch's
+ *                                 records are in a report's window (the durations of the
+ *                                 timed ones noted)
  * It reads the records' fields by position and the accounting's objects by attribute name:
  * check_layouts(layouts), which exporter.compiled.switch calls at import, refuses Python layouts
  * (accounting/contract.py, base/records.py) that differ from the ones below, and the switch
@@ -1174,6 +1177,62 @@ done:
     return result;
 }
 
+/* ---- window_run: a report's records in its window -------------------------------------- */
+
+/* window_run(recs, start, since_us, until_us, counted, interval_type, event_type, parse_error)
+ * -> index: report.window.window_run_reference. The records of recs[start:] (a list or tuple)
+ * for as long as each is in the window: an interval (exactly interval_type) that ends in
+ * [since_us, until_us], each timed one (reason "") adding (tokens, end - start) to `counted`
+ * (a list); an event (exactly event_type) in it that is not a parse_error. The index of the
+ * first record that is not (times that are not ints of 64 bits stop it too). */
+static PyObject *window_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long since, until;
+    Py_ssize_t start;
+    if (nargs != 8 || !(PyList_Check(args[0]) || PyTuple_Check(args[0])) ||
+        !PyLong_Check(args[1]) || !as_i64(args[2], &since) || !as_i64(args[3], &until) ||
+        !PyList_Check(args[4]) || !PyType_Check(args[5]) || !PyType_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "window_run(recs: list | tuple, start: int, since_us: int, until_us: int, "
+                        "counted: list, interval_type, event_type, parse_error)");
+        return NULL;
+    }
+    if ((start = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred()) return NULL;
+    PyObject *recs = args[0], *counted = args[4], *parse_error = args[7];
+    PyTypeObject *interval_type = (PyTypeObject *)args[5], *event_type = (PyTypeObject *)args[6];
+    if (start < 0 || start > PySequence_Fast_GET_SIZE(recs)) {
+        PyErr_SetString(PyExc_IndexError, "window_run() start out of range");
+        return NULL;
+    }
+    Py_ssize_t i = start;
+    for (; i < PySequence_Fast_GET_SIZE(recs); i++) {
+        PyObject *rec = PySequence_Fast_GET_ITEM(recs, i);
+        if (Py_TYPE(rec) == interval_type && PyTuple_GET_SIZE(rec) == I_N) {
+            PyObject **f = &PyTuple_GET_ITEM(rec, 0);
+            long long end, begin;
+            if (!as_i64(f[I_END_US], &end) || end < since || end > until ||
+                !PyUnicode_CheckExact(f[I_REASON]))
+                break;
+            if (PyUnicode_GET_LENGTH(f[I_REASON]) > 0) continue; /* (not timed) */
+            if (!as_i64(f[I_START_US], &begin) || (begin < 0 && end > LLONG_MAX + begin) ||
+                (begin > 0 && end < LLONG_MIN + begin))
+                break;
+            PyObject *duration = PyLong_FromLongLong(end - begin);
+            PyObject *pair = duration == NULL ? NULL : PyTuple_Pack(2, f[I_TOKENS], duration);
+            Py_XDECREF(duration);
+            int bad = pair == NULL || PyList_Append(counted, pair) < 0;
+            Py_XDECREF(pair);
+            if (bad) return NULL;
+        } else if (Py_TYPE(rec) == event_type && PyTuple_GET_SIZE(rec) == E_N) {
+            long long t;
+            PyObject **f = &PyTuple_GET_ITEM(rec, 0);
+            if (!as_i64(f[E_TIME_US], &t) || t < since || t > until || f[E_KIND] == parse_error)
+                break;
+        } else
+            break;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
 static PyMethodDef methods[] = {
     {"check_layouts", check_layouts, METH_O,
      "check_layouts(layouts) -> None: ValueError unless layouts ({name: field or attribute\n"
@@ -1186,6 +1245,10 @@ static PyMethodDef methods[] = {
     {"keep_recent", (PyCFunction)(void (*)(void))keep_recent, METH_FASTCALL,
      "keep_recent(rings, recs, interval_type, lost) -> None: lanes.Recent.add_all_reference:\n"
      "each interval of recs (but those of reason lost) appended to its node's ring, if any."},
+    {"window_run", (PyCFunction)(void (*)(void))window_run, METH_FASTCALL,
+     "window_run(recs, start, since_us, until_us, counted, interval_type, event_type,\n"
+     "parse_error) -> index: report.window.window_run_reference (how far recs[start:] are in\n"
+     "the window, each timed interval's (tokens, duration) added to counted)."},
     {"sweep", (PyCFunction)(void (*)(void))sweep, METH_FASTCALL,
      "sweep(pending, lo, hi, n_nodes, n_kinds) -> (keep, concurrency, mix_by_mask, busy,\n"
      "slot_busy) or\n"

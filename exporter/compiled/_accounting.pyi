@@ -9,6 +9,17 @@ def add_all(
 def keep_recent(
     rings: dict[str, object], recs: Sequence[object], interval_type: type, lost: str, /
 ) -> None: ...
+def window_run(
+    recs: Sequence[object],
+    start: int,
+    since_us: int,
+    until_us: int,
+    counted: list[tuple[int | None, int]],
+    interval_type: type,
+    event_type: type,
+    parse_error: object,
+    /,
+) -> int: ...
 def sweep(
     pending: list[tuple[int, int, int, int]],
     lo: int,

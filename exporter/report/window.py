@@ -35,6 +35,7 @@ from exporter.base.records import (
     Record,
 )
 from exporter.base.times import SECOND
+from exporter.compiled import switch
 from exporter.parse.parser import Parser
 from exporter.startup.llama import Startup
 
@@ -60,6 +61,64 @@ class Report:
 
 
 _PARSE_ERROR, _PHASE, _DOWN = EventKind.PARSE_ERROR, EventKind.PHASE, EventKind.SERVER_DOWN
+_compiled = switch.accounting  # (None: window_run_reference runs)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # (what the compiled window_run reads)
+
+
+def window_run(
+    recs: list[Record],
+    start: int,
+    since_us: int,
+    until_us: int,
+    counted: list[tuple[int | None, int]],
+) -> int:
+    """How far recs[start:] are in the window (see `window_run_reference`); compiled where it
+    is built."""
+    if _compiled is not None:
+        found: int = _compiled.window_run(
+            recs, start, since_us, until_us, counted, Interval, Event, _PARSE_ERROR
+        )
+        return found
+    return window_run_reference(recs, start, since_us, until_us, counted)
+
+
+def window_run_reference(
+    recs: Sequence[Record],
+    start: int,
+    since_us: int,
+    until_us: int,
+    counted: list[tuple[int | None, int]],
+) -> int:
+    """The index of the first record of recs[start:] that is not plainly in the window, each
+    timed interval before it adding (tokens, duration) to `counted`: an Interval that ends in
+    [since_us, until_us], an Event in it that is no parse error. Anything else (another
+    record, a time that is no int of 64 bits) ends the run, for the caller to judge. The
+    specification of the compiled `window_run`."""
+    for i in range(start, len(recs)):
+        rec = recs[i]
+        if type(rec) is Interval:
+            end, reason = rec[I_END_US], rec[I_REASON]
+            if not (_int64(end) and since_us <= end <= until_us and type(reason) is str):
+                return i
+            if reason:
+                continue
+            begin = rec[I_START_US]
+            if not (_int64(begin) and INT64_MIN <= end - begin <= INT64_MAX):
+                return i
+            counted.append((rec[I_TOKENS], end - begin))
+        elif type(rec) is Event:
+            t = rec[E_TIME_US]
+            if not (_int64(t) and since_us <= t <= until_us) or rec[E_KIND] is _PARSE_ERROR:
+                return i
+        else:
+            return i
+    return len(recs)
+
+
+def _int64(v: object) -> bool:
+    return type(v) is int and INT64_MIN <= v <= INT64_MAX
+
+
 ERRORS_KEPT = 5  # parse errors named per node (all are counted)
 
 
@@ -130,33 +189,41 @@ class Builder:
 
     def _add_all(self, recs: list[Record]) -> None:
         """The records, in order: those in the window (nearly all) in runs through the
-        accounting's batch path, the rest one by one; the timeline takes those it draws."""
+        accounting's batch path, the rest one by one; the timeline takes those it draws. (The
+        runs are found compiled where that is built: `window_run`.)"""
         if self.timeline is not None:
             self.timeline.add_all(recs)
-        since, until = self.since_us, self.until_us
-        counted = self._counted
-        run: list[Record] = []
-        for rec in recs:
-            if type(rec) is Interval:
-                end = rec[I_END_US]
-                if since <= end <= until:
-                    run.append(rec)
-                    if not rec[I_REASON]:  # (a timed request: the kinds' durations)
-                        counted.append((rec[I_TOKENS], end - rec[I_START_US]))
-                    continue
-            elif type(rec) is Draft:  # (its request's: in the window when that ended in it)
-                if since <= rec.time_us <= until:
-                    run.append(rec)
-                    continue
-            elif since <= rec[E_TIME_US] <= until and rec[E_KIND] is not _PARSE_ERROR:
-                run.append(rec)
+        since, until, counted = self.since_us, self.until_us, self._counted
+        start = i = 0  # recs[start:i] are in the window, not yet added
+        n = len(recs)
+        while i < n:
+            i = window_run(recs, i, since, until, counted)
+            if i == n:
+                break
+            rec = recs[i]
+            i += 1
+            if self._in_window(rec):
                 continue
-            if run:
-                self.acc.add_all(run)
-                run = []
+            if start < i - 1:
+                self.acc.add_all(recs[start : i - 1])
             self._add(rec)
-        if run:
-            self.acc.add_all(run)
+            start = i
+        if start < n:
+            self.acc.add_all(recs[start:] if start else recs)
+
+    def _in_window(self, rec: Record) -> bool:
+        """Is the record one the window counts (a timed request's duration noted)?"""
+        since, until = self.since_us, self.until_us
+        if type(rec) is Interval:
+            end = rec[I_END_US]
+            if since <= end <= until:
+                if not rec[I_REASON]:  # (a timed request: the kinds' durations)
+                    self._counted.append((rec[I_TOKENS], end - rec[I_START_US]))
+                return True
+            return False
+        if type(rec) is Draft:  # (its request's: in the window when that ended in it)
+            return since <= rec.time_us <= until
+        return since <= rec[E_TIME_US] <= until and rec[E_KIND] is not _PARSE_ERROR
 
     def _add(self, rec: Record) -> None:
         """One record outside the window: an interval that ends after it is placed on the

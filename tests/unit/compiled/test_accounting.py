@@ -40,6 +40,7 @@ from exporter.base.times import SECOND
 from exporter.checkpoint.codec import restore, state_of
 from exporter.compiled import switch
 from exporter.compiled.switch import Layouts, LayoutWarning, layouts_of_accounting, load
+from exporter.report.window import window_run_reference
 
 from support.settings import default_settings
 from support.tools import examples, require_compiled
@@ -706,3 +707,87 @@ def test_the_compiled_rings_refuse_arguments_of_other_types() -> None:
     with pytest.raises(AttributeError):  # (a ring without an append)
         _accounting.keep_recent({"a": 1}, [Interval("a", 0, 1, 1)], Interval, "lost")
     assert rings == {"a": deque()}
+
+
+# -- window_run: a report's records in its window ------------------------------------------------
+
+WINDOW = (ORIGIN, ORIGIN + 100)
+window_times = st.one_of(
+    st.integers(ORIGIN - 5, ORIGIN + 105), st.sampled_from(BIG), st.just(None), st.just(1.5)
+)
+window_records = st.lists(
+    st.one_of(
+        st.builds(
+            Interval,
+            st.sampled_from(NODES),
+            window_times,
+            window_times,
+            st.one_of(st.integers(0, 5), st.none()),
+            reason=st.sampled_from(("", "cancelled", "lost", 0)),
+        ),
+        st.builds(
+            Event,
+            st.sampled_from(NODES),
+            window_times,
+            st.sampled_from((EventKind.STARTED, EventKind.PARSE_ERROR, EventKind.RESTART)),
+        ),
+        st.tuples(st.integers(), st.integers()),  # (no record: ends a run)
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(window_records, st.integers(0, 30))
+def test_the_compiled_window_run_goes_as_far_as_the_reference(
+    recs: list[Record], start: int
+) -> None:
+    start = min(start, len(recs))
+    compiled: list[tuple[int | None, int]] = []
+    reference: list[tuple[int | None, int]] = []
+    got = _accounting.window_run(
+        recs, start, *WINDOW, compiled, Interval, Event, EventKind.PARSE_ERROR
+    )
+    assert got == window_run_reference(recs, start, *WINDOW, reference)
+    assert compiled == reference
+
+
+def test_the_compiled_window_run_notes_timed_durations_and_stops_outside() -> None:
+    since, until = WINDOW
+    recs: list[Record] = [
+        Event("node0", since, EventKind.STARTED),
+        Interval("node0", since - 10, since + 5, 7),  # timed, ends inside
+        Interval("node0", since, since + 6, 3, reason="cancelled"),  # inside, not timed
+        Interval("node0", since, until + 1, 2),  # ends after the window
+        Interval("node0", since, since + 9, 4),
+    ]
+    counted: list[tuple[int | None, int]] = []
+    assert (
+        _accounting.window_run(
+            recs, 0, since, until, counted, Interval, Event, EventKind.PARSE_ERROR
+        )
+        == 3
+    )
+    assert counted == [(7, 15)]
+    assert (
+        _accounting.window_run(
+            recs, 4, since, until, counted, Interval, Event, EventKind.PARSE_ERROR
+        )
+        == 5
+    )
+    assert counted == [(7, 15), (4, 9)]
+    with pytest.raises(IndexError):
+        _accounting.window_run(
+            recs, 6, since, until, counted, Interval, Event, EventKind.PARSE_ERROR
+        )
+    with pytest.raises(TypeError):
+        _accounting.window_run(
+            iter(recs),  # type: ignore[arg-type]
+            0,
+            since,
+            until,
+            counted,
+            Interval,
+            Event,
+            EventKind.PARSE_ERROR,
+        )
