@@ -416,7 +416,8 @@ def _open_dump(node: str, path: Path) -> BinaryIO:
 
 
 def _read(f: BinaryIO, node: str, path: Path) -> bytes:
+    """The next chunk of a window's dump: a backlog's size (a window is all backlog)."""
     try:
-        return f.read(CHUNK)
+        return f.read(CHUNK * BACKLOG_READS)
     except (OSError, EOFError, gzip.BadGzipFile) as e:  # (EOFError: a gzip stream cut short)
         raise SourceError(f"node {node}: cannot read {path}: {e}") from None
