@@ -1397,6 +1397,64 @@ static int has_int_key(PyObject *d, long long k) {
     return r;
 }
 
+/* Whether `started` holds the key (slot, task), found by its values (no tuple made for the
+ * lookup: a request looks twice): 1 and `*key` (borrowed) when it does, 0 when it does not,
+ * -1 when a key is not a pair of ints of 64 bits or the dict is large (then look it up). */
+#define STARTED_SCANNED 16
+static int started_key(PyObject *started, long long slot, long long task, PyObject **key) {
+    if (PyDict_GET_SIZE(started) > STARTED_SCANNED) return -1;
+    Py_ssize_t pos = 0;
+    PyObject *k, *value;
+    while (PyDict_Next(started, &pos, &k, &value)) {
+        if (!PyTuple_CheckExact(k) || PyTuple_GET_SIZE(k) != 2) return -1;
+        PyObject *s = PyTuple_GET_ITEM(k, 0), *t = PyTuple_GET_ITEM(k, 1);
+        if (!PyLong_CheckExact(s) || !PyLong_CheckExact(t)) return -1;
+        int over = 0;
+        long long sv = PyLong_AsLongLongAndOverflow(s, &over);
+        long long tv = over ? 0 : PyLong_AsLongLongAndOverflow(t, &over);
+        if (over || PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        if (sv == slot && tv == task) {
+            *key = k;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* started.pop((slot, task), None): 1 when it held it, 0 when not, -1 on an error. */
+static int started_pop(PyObject *started, long long slot, long long task) {
+    PyObject *found = NULL;
+    int there = started_key(started, slot, task, &found);
+    if (there == 1) {
+        Py_INCREF(found); /* (the dict's reference goes with the item) */
+        int bad = PyDict_DelItem(started, found);
+        Py_DECREF(found);
+        return bad < 0 ? -1 : 1;
+    }
+    if (there == 0) return 0;
+    PyObject *key = pair(slot, task);
+    if (key == NULL) return -1;
+    int launched = PyDict_Contains(started, key);
+    int bad = launched == 1 ? PyDict_DelItem(started, key) : 0;
+    Py_DECREF(key);
+    return launched < 0 || bad < 0 ? -1 : launched;
+}
+
+/* `(slot, task) in started`: 1, 0, or -1 on an error. */
+static int started_has(PyObject *started, long long slot, long long task) {
+    PyObject *found = NULL;
+    int there = started_key(started, slot, task, &found);
+    if (there >= 0) return there;
+    PyObject *key = pair(slot, task);
+    if (key == NULL) return -1;
+    int launched = PyDict_Contains(started, key);
+    Py_DECREF(key);
+    return launched;
+}
+
 /* 1 when a launch of (slot, task) takes nothing from `started` (no other task of that slot in
  * it, and room for it within `bound`), 0 when it would, -1 on an error. */
 static int launch_fits(PyObject *started, long long slot, long long task, Py_ssize_t bound) {
@@ -1448,11 +1506,7 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
         Block used = *b;
         if (!b->any || !matches) memset(&used, 0, sizeof used);
         memset(b, 0, sizeof *b);
-        PyObject *key = pair(t->slot, t->task);
-        if (key == NULL) return -1;
-        int launched = PyDict_Contains(started, key); /* started.pop(key, None) */
-        int bad = launched == 1 ? PyDict_DelItem(started, key) : launched;
-        Py_DECREF(key);
+        int bad = started_pop(started, t->slot, t->task); /* started.pop(key, None) */
         if (bad < 0) return -1;
         if (PyDict_GET_SIZE(task_reasons)) { /* task_reasons.pop(task, None): timed, no cancel */
             PyObject *task_key = PyLong_FromLongLong(t->task);
@@ -1520,14 +1574,11 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
         return bad ? -1 : 1;
     }
     case RELEASE: { /* a pending stop when launched here and not yet timed: Python's to add */
-        PyObject *key = pair(t->slot, t->task), *slot = PyLong_FromLongLong(t->slot);
-        if (key == NULL || slot == NULL) {
-            Py_XDECREF(key), Py_XDECREF(slot);
-            return -1;
-        }
-        int launched = PyDict_Contains(started, key);
+        PyObject *slot = PyLong_FromLongLong(t->slot);
+        if (slot == NULL) return -1;
+        int launched = started_has(started, t->slot, t->task);
         PyObject *timed = launched == 1 ? PyDict_GetItemWithError(last_timed, slot) : NULL;
-        Py_DECREF(key), Py_DECREF(slot);
+        Py_DECREF(slot);
         if (launched < 0 || PyErr_Occurred()) return -1;
         if (launched == 0) return 1;
         if (timed == NULL || !PyLong_CheckExact(timed)) return 0;
