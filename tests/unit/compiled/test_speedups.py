@@ -11,6 +11,7 @@ throws arbitrary input at the same pairs.)
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.base.records import Event, EventKind, Interval, LogLine, Record
-from exporter.base.times import MAX_TIME_US
+from exporter.base.times import MAX_TIME_US, SECOND
 from exporter.checkpoint.codec import parser_of, parser_state
 from exporter.compiled import switch
 from exporter.parse.contract import FEED_TYPES
@@ -29,6 +30,8 @@ from exporter.parse.tokens import ParseError, Token, tokenize
 from exporter.sources.entries import EntryDecoder, EntryError
 from exporter.sources.lines import KEYWORDS, MAX_LINE, find_lines
 
+from support import dumps
+from support.line_dumps import as_json
 from support.tools import examples, require_compiled
 
 require_compiled(switch.speedups, "_speedups")
@@ -898,3 +901,239 @@ def test_scan_takes_only_what_json_takes_as_whitespace(ws: bytes, json_takes: bo
     else:
         assert (items, n_raw) == ([raw], 1)
         assert _decoded(EntryDecoder(NODE), raw) is EntryError
+
+
+# -- scan: a long chunk, its halves read in two threads ------------------------------------------
+
+# A chunk of SCAN_SPLIT bytes or more is cut at the newline after its middle and its halves are
+# scanned in two threads, their lines joined. The chunks here are up to 3 MiB of a node's
+# journal, with lines drawn as above placed where the cut falls.
+MIB = 1 << 20
+SPLIT = 512 << 10  # _speedups.c's SCAN_SPLIT
+# what a server logs between its requests (no keyword in any)
+NOISE = (
+    "srv  update_slots: all slots are idle",
+    "srv  log_server_r: request: GET /health 127.0.0.1 200",
+    "srv  params_from_: Chat format: Content-only",
+    "slot get_availabl: id  0 | task -1 | selected slot by LRU, t_last = 5",
+    "srv  log_server_r: request: POST /v1/chat/completions 127.0.0.1 200",
+    "que    start_loop: processing new tasks",
+)
+QUOTED = 'the client says "stop" \\ ' + dumps.TOTAL  # a message with characters JSON escapes
+DUMP_SPAN_S = 4000  # a long dump's seconds (at most)
+
+
+def journal_line(form: str, t_us: int, msg: str, seq: int) -> bytes:
+    return dumps.short(t_us, msg) if form == "short" else as_json(t_us, msg, seq)
+
+
+@functools.cache
+def long_dump(form: str, raw: bool) -> bytes:
+    """3 MiB and more of a node's journal as `form` writes it (`short` or `json`): a request a
+    second on two slots, its launch, total and release lines among lines of no keyword, and now
+    and then one with characters JSON escapes; with `raw`, lines the compiled scan hands back
+    as well (no journal line but a keyword in it, an identifier its decode does not take, an
+    escaped key), which the decoder reads or names as errors."""
+    out: list[bytes] = []
+    size = i = 0
+    while size <= 3 * MIB:
+        t, s = dumps.T0 + i * SECOND, i % 2
+        lines = [
+            journal_line(form, t + k, msg, i * 20 + k)
+            for k, msg in enumerate(
+                (
+                    *NOISE,
+                    dumps.LAUNCH.format(s=s, t=i),
+                    *NOISE,
+                    (QUOTED if i % 7 == 0 else dumps.TOTAL).format(s=s, t=i, ms=2.5, n=100 + i),
+                    dumps.RELEASE.format(s=s, t=i, n=100 + i),
+                    *NOISE,
+                )
+            )
+        ]
+        if raw and i % 5 == 0:
+            lines += [
+                b"no journal line, but total time in it",
+                dumps.short(t + 50, dumps.TOTAL.format(s=s, t=i, ms=1.0, n=3)).replace(
+                    b" sm-llm[", b" sm+llm["
+                ),
+                JOURNAL_JSON.replace(b'"_PID"', b'"\\u005fPID"'),
+            ]
+        out += lines
+        size += sum(map(len, lines)) + len(lines)
+        i += 1
+    assert i < DUMP_SPAN_S
+    return b"\n".join(out) + b"\n"
+
+
+def whole_lines(dump: bytes, start: int, size: int) -> bytes:
+    """`size` bytes of whole lines: those of `dump` from `start` (a line's start) that fit, then a
+    line of dots to make up the rest."""
+    end = max(dump.rfind(b"\n", start, start + size) + 1, start)
+    pad = size - (end - start)
+    return dump[start:end] + (b"." * (pad - 1) + b"\n" if pad else b"")
+
+
+def chunk_about(dump: bytes, middle: bytes, size: int, at: int, last: bytes = b"") -> bytes:
+    """A chunk of `size` bytes: whole lines of `dump`, then `middle` (whole lines) with the chunk's
+    middle byte at middle[at] (-1: on the newline just before it), so that scan cuts it after
+    the line holding that byte; then the next lines of `dump`, and `last`."""
+    head = whole_lines(dump, 0, size // 2 - at)
+    tail_from = dump.rfind(b"\n", 0, len(head)) + 1
+    data = head + middle + whole_lines(dump, tail_from, size - len(head) - len(middle) - len(last))
+    data += last
+    assert len(data) == size and len(head) + at == size // 2
+    cut = data.index(b"\n", size // 2) + 1  # where scan cuts the chunk
+    assert len(head) <= cut <= len(head) + len(middle)
+    return data
+
+
+def decoded_lines(data: bytes) -> list[LogLine]:
+    """The LogLines the decoder makes of the keyword lines of `data` (all journal lines)."""
+    decoder = EntryDecoder(NODE)
+    return [line for raw in find_lines(data) if (line := decoder.decode(raw)) is not None]
+
+
+# the same lines ended by CR LF, or with NULs in the lines of no keyword (scan frames by newlines
+# alone: the line layer makes NULs line ends before it)
+VARIANTS = {
+    "": lambda data: data,
+    "crlf": lambda data: data.replace(b"\n", b"\r\n"),
+    "nul": lambda data: data.replace(b"all slots", b"all\0slots"),
+}
+
+
+@st.composite
+def long_chunks(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """A chunk of SCAN_SPLIT to 3 MiB (or a byte less) of a long dump, with lines drawn as above
+    in the middle, its middle byte on one of them or the newline just before them (so the cut
+    falls before, inside or after a line, keyword or not); its last line ended by a newline or
+    not; and whether the compiled scan decodes every line of it. Lines it hands back are all
+    through the chunk, or only among those in the middle (then in one half alone), or nowhere."""
+    raw_dump, raw_middle = draw(st.booleans()), draw(st.booleans())
+    form = draw(st.sampled_from(("short", "json")))
+    dump = VARIANTS[draw(st.sampled_from(sorted(VARIANTS)))](long_dump(form, raw_dump))
+    plain = st.builds(
+        lambda t, msg: dumps.short(dumps.T0 + t, msg),
+        st.integers(0, DUMP_SPAN_S * SECOND),
+        st.sampled_from(VERBATIM),
+    )
+    drawn = dump_lines() if raw_middle else st.one_of(plain, json_entries(usual=True))
+    middle = b"".join(line + b"\n" for line in draw(st.lists(drawn, min_size=1, max_size=6)))
+    sizes = st.sampled_from((SPLIT - 1, SPLIT, SPLIT + 1, MIB, 3 * MIB))
+    size = draw(st.one_of(sizes, st.integers(SPLIT, 3 * MIB)))
+    at = draw(st.integers(-1, len(middle) - 1))
+    last = b"" if draw(st.booleans()) else journal_line(form, dumps.T0, VERBATIM[0], 0)
+    return chunk_about(dump, middle, size, at, last), not (raw_dump or raw_middle)
+
+
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(long_chunks(), st.one_of(SINCE, st.integers(dumps.T0, dumps.T0 + DUMP_SPAN_S * SECOND)))
+def test_scan_reads_a_long_chunk_in_two_halves_as_the_reference_reads_it_whole(
+    chunk: tuple[bytes, bool], since_us: int
+) -> None:
+    """Every keyword line of the chunk, in order, the lines about the cut as well, decoded or
+    handed back as in a short chunk (the older left out), and every newline counted."""
+    data, clean = chunk
+    items = check_scan(data, since_us, MAX_LINE)
+    if clean:  # every line decoded in C: one Lines of both halves
+        assert type(items) is _speedups.Lines
+
+
+AT_THE_CUT = {
+    "short": dumps.short(dumps.T0, VERBATIM[0]),
+    "short_crlf": dumps.short(dumps.T0, VERBATIM[0]) + b"\r",
+    "json": JOURNAL_JSON,
+    "json_escaped": as_json(dumps.T0, QUOTED.format(s=0, t=1, ms=2.5, n=3), 1),
+    "short_nul": dumps.short(dumps.T0, VERBATIM[0]).replace(b"id  ", b"id\0 "),
+    "raw": b"no journal line, but total time in it",
+    "json_raw": JOURNAL_JSON.replace(b'"_PID"', b'"\\u005fPID"'),
+    "json_nul_raw": JOURNAL_JSON.replace(b"id  ", b"id\0 "),  # (no JSON: json refuses a NUL)
+}
+
+
+@pytest.mark.parametrize("name", sorted(AT_THE_CUT))
+@pytest.mark.parametrize("where", ["before", "first byte", "inside", "newline"])
+@pytest.mark.parametrize("size", [SPLIT, MIB])
+def test_scan_reads_the_keyword_lines_on_both_sides_of_the_cut_of_a_long_chunk(
+    name: str, where: str, size: int
+) -> None:
+    """A chunk of SCAN_SPLIT bytes or more, cut just before a keyword line (the middle byte on the
+    newline before it) or just after it (the middle byte on its first byte, inside it or on its
+    newline), the same line on the other side of the cut: both read as in a short chunk."""
+    line = AT_THE_CUT[name]
+    at = {"before": -1, "first byte": 0, "inside": len(line) // 2, "newline": len(line)}[where]
+    data = chunk_about(long_dump("short", False), (line + b"\n") * 2, size, at)
+    items = check_scan(data, 0, MAX_LINE)
+    assert type(items) is (list if "raw" in name else _speedups.Lines)
+
+
+@pytest.mark.parametrize("form", ["short", "json"])
+@pytest.mark.parametrize("first", [True, False])
+@pytest.mark.parametrize("older_left_out", [False, True])
+def test_a_line_handed_back_in_one_half_of_a_long_chunk_alone_hands_back_a_list(
+    form: str, first: bool, older_left_out: bool
+) -> None:
+    """One line the compiled scan does not decode, in the first half of a long chunk or in the
+    second, the other half all decoded: the chunk's lines come as a list, that line as bytes,
+    the decoded ones older than since_us (the first three quarters) left out."""
+    dump = long_dump(form, False)
+    dump = dump[: dump.rfind(b"\n", 0, 2 * MIB) + 1]
+    raw = b"no journal line, but total time in it\n"
+    data = raw + dump if first else dump + raw
+    decoded = decoded_lines(dump)
+    since_us = decoded[len(decoded) * 3 // 4].time_us if older_left_out else 0
+    items = check_scan(data, since_us, MAX_LINE)
+    kept = [line for line in decoded if line.time_us >= since_us]
+    assert items == ([raw[:-1], *kept] if first else [*kept, raw[:-1]])
+    assert type(items) is list
+    assert len(kept) < len(decoded) / 2 if older_left_out else kept == decoded
+
+
+@pytest.mark.parametrize("form", ["short", "json"])
+@pytest.mark.parametrize("max_line", [MAX_LINE, 2 * MIB])
+def test_scan_reads_a_long_chunk_whole_when_no_newline_follows_its_middle(
+    form: str, max_line: int
+) -> None:
+    """A chunk of SCAN_SPLIT bytes or more whose middle is in its last line, with no newline after
+    it, is read as one part: the lines before, and that last line, decoded or handed back as it
+    fits max_line."""
+    dump = long_dump(form, False)
+    head = dump[: dump.rfind(b"\n", 0, MIB // 2) + 1]
+    last = journal_line(form, dumps.T0 + 7, VERBATIM[0] + " " + "x" * MIB, 7)
+    items = check_scan(head + last, 0, max_line)
+    assert len(items) == len(find_lines(head)) + 1
+    assert (type(items[-1]) is LogLine) == (max_line > MAX_LINE)
+
+
+def test_a_long_chunk_read_in_two_halves_is_one_lines_that_joins_and_feeds_as_its_log_lines() -> (
+    None
+):
+    """The Lines of a chunk read in two threads: the lines of both halves in order, by index and
+    by slice, joined with another, and fed (its common lines read from their bytes) to the same
+    records as the decoder's LogLines; since_us leaves out the older lines, in both halves."""
+    dump = long_dump("short", False)
+    cut = dump.rfind(b"\n", 0, len(dump) // 2) + 1
+    chunks = (dump[:cut], dump[cut:])  # 1.5 MiB each: both read in two halves
+    want = [decoded_lines(chunk) for chunk in chunks]
+    scanned = []
+    for chunk in chunks:
+        items, newlines, n_raw = _speedups.scan(chunk, KEYWORDS, NODE, 0, LogLine, MAX_LINE)
+        assert isinstance(items, _speedups.Lines)
+        assert (newlines, n_raw) == (chunk.count(b"\n"), 0)
+        scanned.append(items)
+    first, second = scanned
+    joined = _speedups.join([first, second])
+    # fed before any of its LogLines is made: the compiled feed reads the bytes
+    assert _records(joined, fast=True) == _records(tuple(want[0] + want[1]), fast=False)
+    n = len(want[0])
+    assert len(first) == n and len(joined) == n + len(want[1])
+    assert first[n // 2 - 3 : n // 2 + 3] == tuple(want[0][n // 2 - 3 : n // 2 + 3])
+    assert first[-1] == want[0][-1] and first[-n] == want[0][0] and first[n - 1] is first[-1]
+    assert first[::-97] == tuple(want[0][::-97])
+    assert joined == want[0] + want[1] and second == want[1]
+    # the lines of the chunk's last second alone: the first half's all left out
+    since_us = want[0][-1].time_us - SECOND // 2
+    newer, _, _ = _speedups.scan(chunks[0], KEYWORDS, NODE, since_us, LogLine, MAX_LINE)
+    assert newer == [line for line in want[0] if line.time_us >= since_us]
+    assert 0 < len(newer) < 5
