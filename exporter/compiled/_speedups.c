@@ -1015,7 +1015,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             goto fail;
         }
     }
-    Py_BEGIN_ALLOW_THREADS /* the bytes object cannot change: read it in parallel */
+    /* Nothing changes the buffer meanwhile: a bytes object cannot change, and a file source
+     * reuses its bytearray only once nothing holds it. So it is read in parallel. */
+    Py_BEGIN_ALLOW_THREADS
     each_part(scan_part, parts, np);
     Py_END_ALLOW_THREADS
     for (int k = 0; k < np; k++) {
