@@ -86,15 +86,16 @@ run: $(BASE)
 AGAINST ?=
 WRITE_README ?=
 
+# Every benchmark in turn, to the end: those that fail (a goal missed, counts that disagree)
+# are named at the end, and the target fails then.
+BENCHES = report.py \
+  "$(strip ingest.py $(if $(AGAINST),--against $(AGAINST)) $(if $(WRITE_README),--write-readme))" \
+  journal.py ssh.py pages.py soak.py backfill.py scale.py
 bench: venv deps
-	$(BIN)/python bench/report.py
-	$(BIN)/python bench/ingest.py $(if $(AGAINST),--against $(AGAINST)) $(if $(WRITE_README),--write-readme)
-	$(BIN)/python bench/journal.py
-	$(BIN)/python bench/ssh.py
-	$(BIN)/python bench/pages.py
-	$(BIN)/python bench/soak.py
-	$(BIN)/python bench/backfill.py
-	$(BIN)/python bench/scale.py
+	@failed=; for b in $(BENCHES); do \
+	  echo "== bench/$$b"; $(BIN)/python bench/$$b || failed="$$failed $$b"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed"; exit 1; fi
 
 # The screenshots README.md and docs/ show, made anew by the browser tests that check those pages.
 screenshots: venv
