@@ -1133,7 +1133,8 @@ done:
  * type is exactly interval_type and whose reason is not `lost`, in order; a node without a ring
  * is skipped. The bound `append` of the last node's ring is kept while the node is the same. */
 static PyObject *keep_recent(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyDict_Check(args[0]) || !(PyList_Check(args[1]) || PyTuple_Check(args[1])) ||
+    if (nargs != 4 || !PyDict_Check(args[0]) ||
+        !(PyList_Check(args[1]) || PyTuple_Check(args[1])) ||
         !PyType_Check(args[2]) || !PyUnicode_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError,
                         "keep_recent(rings: dict, recs: list | tuple, interval_type, lost: str)");

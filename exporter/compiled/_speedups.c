@@ -961,8 +961,9 @@ static int clamped(PyObject *v, const char *what, long long lo, long long hi, lo
     return 0;
 }
 
-/* A chunk this long (512 KiB) or longer is read in two threads, each half on its own (cut at a line
- * end): a backlog is read about twice as fast where a core is free. */
+/* A chunk this long (512 KiB) or longer is read in two threads, each half on its own (cut at a
+ * line end): a backlog is read about twice as fast where a core is free. (A build for a test may
+ * set it lower, -DSCAN_SPLIT=2, so that nearly every chunk is split.) */
 #ifndef SCAN_SPLIT
 #define SCAN_SPLIT ((Py_ssize_t)512 << 10)
 #endif

@@ -186,8 +186,11 @@ class FileSource:
         or chunk refers to it), or None when READ_BUFFERS are in use."""
         for buf in self._buffers:
             # held by the list, by `buf` and by getrefcount's argument, and by nothing else
-            if len(buf) == size and sys.getrefcount(buf) == 3:
-                return buf
+            if sys.getrefcount(buf) == 3:
+                if len(buf) == size:
+                    return buf
+                self._buffers.remove(buf)  # (free, but of the size of another read: its slot)
+                break
         if len(self._buffers) >= READ_BUFFERS:
             return None
         self._buffers.append(bytearray(size))
