@@ -101,10 +101,15 @@ class Serial:
 
     async def call(self, fn: Callable[[], T]) -> T:
         """Run `fn` after the calls before it; its result (or what it raised)."""
+        return await self.submit(fn)
+
+    def submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        """Queue `fn` after the calls before it, now; the future of its result. (Whoever drops
+        the future cancels it: its result, or what it raised, is then thrown away.)"""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._put((fn, future, loop))
-        return await future
+        return future
 
     async def finish(self, last: Callable[[], None], timeout: float) -> bool:
         """Run `last` after the call in progress, if any; wait at most `timeout` seconds for it

@@ -23,7 +23,7 @@ from exporter.parse.parser import Parser
 from exporter.parse.tokens import KEYWORDS, classify
 from exporter.sources.entries import EntryDecoder
 from exporter.sources.file import FilePosition
-from exporter.sources.filereader import BACKLOG_READS, CHUNK, FileSource
+from exporter.sources.filereader import BACKLOG_READS, CHUNK, READ_AHEAD, FileSource
 from exporter.sources.lines import find_lines
 
 from support.fifos import fifo_writer, unblock
@@ -755,6 +755,55 @@ def test_run_follows_appends_until_cancelled(tmp_path: Path) -> None:
     assert got[-1].position == position(path)
     assert sum(b.entries for b in got) == 2 + 2 * 5
     assert all(b.up for b in got)
+
+
+def backlog(path: Path, lines: int) -> list[str]:
+    """A dump of `lines` launches (a backlog of many small chunks); their messages."""
+    want = [LAUNCH.format(t=i) for i in range(lines)]
+    path.write_bytes(lines_of(*(render("short", T0 + i * MS, m) for i, m in enumerate(want))))
+    return want
+
+
+def test_run_reads_a_backlog_ahead_while_nothing_else_is_queued(tmp_path: Path) -> None:
+    """The next steps are under way before the loop takes a batch: with room for one batch in
+    the queue and nobody taking it, the source still reads READ_AHEAD chunks beyond the first
+    (without reading ahead it reads one: the batch that then waits to be put)."""
+    path = tmp_path / "node0.log"
+    want = backlog(path, 200)
+    src = CountingSource("node0", path, since_us=0, chunk=256)
+
+    async def main() -> list[Batch]:
+        queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=1)
+        task = asyncio.create_task(src.run(queue))
+        await until(lambda: src.steps >= 1 + READ_AHEAD, "the steps read ahead")
+        assert queue.qsize() == 1
+        got: list[Batch] = []
+        await collect(queue, got, lambda: any(b.caught_up for b in got))
+        await stop(task)
+        return got
+
+    got = asyncio.run(main())
+    assert messages(got) == want  # in order, each once
+    assert got[-1].position == position(path)
+    assert src.closed
+
+
+def test_run_cancelled_with_steps_read_ahead_stops_cleanly(tmp_path: Path) -> None:
+    """Cancelled while steps it queued ahead are waiting: they are dropped (the next source
+    reads from the position of the last batch applied) and the file is closed."""
+    path = tmp_path / "node0.log"
+    backlog(path, 200)
+    src = CountingSource("node0", path, since_us=0, chunk=256)
+
+    async def main() -> None:
+        queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=1)
+        task = asyncio.create_task(src.run(queue))
+        await until(lambda: src.steps >= 1 + READ_AHEAD, "the steps read ahead")
+        await stop(task)
+        await until(lambda: src.closed, "the file closed")
+
+    asyncio.run(main())
+    assert src.steps == 1 + READ_AHEAD  # (none ran after the cancel)
 
 
 def test_run_waits_for_a_missing_file_saying_so_once(tmp_path: Path) -> None:
