@@ -155,20 +155,34 @@ typedef struct {
 
 static int bytes_token(const char *s, Py_ssize_t n, Tok *t);
 
+/* The date of the last line decode_short read, and its day number: a dump's lines come in
+ * order, so nearly every line has the date of the one before (its digits and checks skipped). */
+typedef struct {
+    char ymd[10]; /* `2026-09-22`, valid when `days` is set */
+    long long days;
+    int has;
+} Day;
+
 /* `2026-09-22T07:31:04.127792+0000 host ident[1234]: message` -> 1 and `out` filled; 0 when the
  * line is not exactly that shape or its time is out of range (the caller keeps it raw for
  * EntryDecoder, which decodes it or names the error). EntryDecoder converts the date-hour with
  * its offset first: both that and the line's time must be in range. */
-static int decode_short(const char *s, Py_ssize_t n, Found *out) {
+static int decode_short(const char *s, Py_ssize_t n, Found *out, Day *day) {
     long long Y, M, D, h, mi, sec, frac = 0, pid = 0, off = 0;
     Py_ssize_t i = 19;
-    if (n < 21 || !digits(s, 4, &Y) || s[4] != '-' || !digits(s + 5, 2, &M) || s[7] != '-' ||
-        !digits(s + 8, 2, &D) || s[10] != 'T' || !digits(s + 11, 2, &h) || s[13] != ':' ||
-        !digits(s + 14, 2, &mi) || s[16] != ':' || !digits(s + 17, 2, &sec))
+    if (n < 21 || s[10] != 'T' || !digits(s + 11, 2, &h) || s[13] != ':' ||
+        !digits(s + 14, 2, &mi) || s[16] != ':' || !digits(s + 17, 2, &sec) || h > 23 ||
+        mi > 59 || sec > 60)
         return 0;
-    if (Y < 1970 || M < 1 || M > 12 || D < 1 || D > days_in_month(Y, M) || h > 23 || mi > 59 ||
-        sec > 60)
-        return 0;
+    if (!day->has || memcmp(s, day->ymd, sizeof day->ymd) != 0) {
+        day->has = 0;
+        if (!digits(s, 4, &Y) || s[4] != '-' || !digits(s + 5, 2, &M) || s[7] != '-' ||
+            !digits(s + 8, 2, &D) || Y < 1970 || M < 1 || M > 12 || D < 1 ||
+            D > days_in_month(Y, M))
+            return 0;
+        memcpy(day->ymd, s, sizeof day->ymd);
+        day->days = days_from_civil(Y, M, D), day->has = 1;
+    }
     if (s[i] == '.') {
         int k = 0;
         i++;
@@ -211,7 +225,7 @@ static int decode_short(const char *s, Py_ssize_t n, Found *out) {
     if (i < n && s[i] == ' ') i++;
     Py_ssize_t end = n;
     if (end > i && s[end - 1] == '\r') end--;
-    long long hour_s = days_from_civil(Y, M, D) * 86400 + h * 3600 - off; /* Y <= 9999: fits */
+    long long hour_s = day->days * 86400 + h * 3600 - off; /* Y <= 9999: fits */
     long long time_us = (hour_s + mi * 60 + sec) * 1000000 + frac;
     if (hour_s < 0 || time_us > MAX_TIME_US) return 0;
     out->time_us = time_us, out->pid = pid, out->msg = i, out->end = end;
@@ -595,6 +609,7 @@ typedef struct {
     Py_buffer view; /* the bytes the items point into (scan), when has_view */
     int has_view;
     PyObject *owners; /* the joined Lines whose buffers the items point into (join), or NULL */
+    int made; /* an item may hold its LogLine (obj): else dealloc skips the items */
     PyObject *node, *line_type, *empty, *last_pid;
     long long last_pid_value;
 } Lines;
@@ -602,7 +617,7 @@ typedef struct {
 static PyTypeObject LinesType;
 
 static void lines_dealloc(Lines *self) {
-    for (Py_ssize_t j = 0; j < self->n; j++) Py_XDECREF(self->items[j].obj);
+    for (Py_ssize_t j = 0; self->made && j < self->n; j++) Py_XDECREF(self->items[j].obj);
     block_give(self->items, self->items_size);
     if (self->has_view) PyBuffer_Release(&self->view);
     Py_XDECREF(self->owners), Py_XDECREF(self->node), Py_XDECREF(self->line_type);
@@ -613,7 +628,7 @@ static void lines_dealloc(Lines *self) {
 static Lines *lines_new(Py_ssize_t n, PyObject *node, PyObject *line_type, PyObject *empty) {
     Lines *self = PyObject_New(Lines, &LinesType);
     if (self == NULL) return NULL;
-    self->n = 0, self->has_view = 0, self->owners = NULL, self->last_pid = NULL;
+    self->n = 0, self->has_view = 0, self->made = 0, self->owners = NULL, self->last_pid = NULL;
     self->last_pid_value = 0;
     self->node = Py_XNewRef(node), self->line_type = Py_XNewRef(line_type);
     self->empty = Py_XNewRef(empty);
@@ -633,6 +648,7 @@ static Py_ssize_t lines_len(Lines *self) { return self->n; }
 static PyObject *lines_obj(Lines *self, Py_ssize_t j) {
     Item *it = &self->items[j];
     if (it->obj == NULL) {
+        self->made = 1;
         it->obj = log_line((PyTypeObject *)self->line_type, self->node, self->empty,
                            &self->last_pid, &self->last_pid_value, it->line, &it->d);
         if (it->obj == NULL) return NULL;
@@ -741,6 +757,7 @@ static PyObject *join(PyObject *self, PyObject *arg) {
         PyObject *p = PyTuple_GET_ITEM(parts, k);
         if (Py_TYPE(p) == &LinesType) {
             Lines *l = (Lines *)p;
+            out->made |= l->made;
             for (Py_ssize_t j = 0; j < l->n && out->n < n; j++) {
                 out->items[out->n] = l->items[j];
                 Py_XINCREF(l->items[j].obj);
@@ -754,6 +771,7 @@ static PyObject *join(PyObject *self, PyObject *arg) {
             Item *it = &out->items[out->n++];
             memset(it, 0, sizeof *it);
             it->obj = Py_NewRef(PySequence_Fast_GET_ITEM(seq, j));
+            out->made = 1;
         }
         Py_DECREF(seq);
     }
@@ -865,10 +883,11 @@ typedef struct {
 
 /* The line s[0:len] decoded into `it` (its time, PID, message and common token), or left for
  * the Python decoder (d.ok 0). */
-static void decode_line(const char *line, Py_ssize_t len, long long max_line, Item *it) {
+static void decode_line(const char *line, Py_ssize_t len, long long max_line, Item *it,
+                        Day *day) {
     Found *d = &it->d;
     it->obj = NULL, it->line = line, d->len = len;
-    d->ok = len <= max_line && (is_digit(line[0])   ? decode_short(line, len, d)
+    d->ok = len <= max_line && (is_digit(line[0])   ? decode_short(line, len, d, day)
                                 : line[0] == '{' ? decode_json(line, len, d)
                                                  : 0);
     d->has_tok = d->ok && !(d->shape == SHAPE_JSON && d->msg_esc) &&
@@ -890,6 +909,7 @@ static void *scan_part(void *arg) {
     Py_ssize_t count = 0, counted = 0, newlines = 0, raw = 0; /* newlines in s[0:counted] */
     Py_ssize_t cap = (Py_ssize_t)(p->items_size / sizeof(Item));
     Py_ssize_t pos = m - 1;
+    Day day = {.has = 0};
     while (pos < n) {
         unsigned char d = shift[(unsigned char)s[pos - 1] << 8 | (unsigned char)s[pos]];
         if (d) {
@@ -921,7 +941,7 @@ static void *scan_part(void *arg) {
         newlines += count_newlines(s + counted, start - counted);
         const char *eol = memchr(s + w, '\n', (size_t)(n - w));
         Item *it = &p->items[count];
-        decode_line(s + start, eol == NULL ? n - start : eol - s - start, p->max_line, it);
+        decode_line(s + start, eol == NULL ? n - start : eol - s - start, p->max_line, it, &day);
         if (!it->d.ok) raw++, count++;
         else if (it->d.time_us >= p->since_us) /* (an older line is left out here and now) */
             count++, p->escaped += it->d.shape == SHAPE_JSON && (it->d.msg_esc || it->d.cur_esc);
@@ -1044,6 +1064,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         Item *it = &items[j];
         if (it->d.shape == SHAPE_JSON && (it->d.msg_esc || it->d.cur_esc)) {
             /* made now: should the decoder refuse it after all, every line is handed back */
+            l->made = 1;
             it->obj = log_line(line_type, node, empty, &l->last_pid, &l->last_pid_value,
                                it->line, &it->d);
             if (it->obj == NULL) {
@@ -1106,12 +1127,14 @@ typedef struct {
     Py_ssize_t n, i;
 } Cursor;
 
-static int lit(Cursor *c, const char *text) {
-    size_t k = strlen(text);
+static inline __attribute__((always_inline)) int lit_n(Cursor *c, const char *text, size_t k) {
     if ((size_t)(c->n - c->i) < k || memcmp(c->s + c->i, text, k) != 0) return 0;
     c->i += (Py_ssize_t)k;
     return 1;
 }
+
+/* the literal `text` at the cursor: 1 and past it, else 0 (its length known while compiling) */
+#define lit(c, text) lit_n((c), "" text, sizeof(text) - 1)
 
 static Py_ssize_t spaces(Cursor *c) {
     Py_ssize_t from = c->i;
@@ -1165,16 +1188,20 @@ static int timing(Cursor *c, int runs, long long *us, long long *count) {
     return lit(c, "tokens") || (runs && lit(c, "runs"));
 }
 
-/* `what` within the short s[0:n]: memchr for its first byte, then compare (no setup cost) */
-static int contains(const char *s, Py_ssize_t n, const char *what) {
-    size_t k = strlen(what);
+/* Where `what` (k bytes) first is in the short s[0:n], or NULL: memchr for its first byte, then
+ * compare (no setup cost). */
+static inline __attribute__((always_inline)) const char *find_n(const char *s, Py_ssize_t n,
+                                                               const char *what, size_t k) {
     const char *end = s + n, *p = s;
     while ((size_t)(end - p) >= k && (p = memchr(p, what[0], (size_t)(end - p) - k + 1))) {
-        if (memcmp(p, what, k) == 0) return 1;
+        if (memcmp(p, what, k) == 0) return p;
         p++;
     }
-    return 0;
+    return NULL;
 }
+
+/* the literal `what` within s[0:n] */
+#define contains(s, n, what) (find_n((s), (n), "" what, sizeof(what) - 1) != NULL)
 
 static PyObject *kinds[TOKEN_KINDS_N]; /* the kind numbers as ints, made once */
 
@@ -1231,6 +1258,22 @@ static int bytes_token(const char *s, Py_ssize_t n, Tok *t) {
     return (high & 0x8080808080808080ULL) == 0 && ascii_token(s, n, t);
 }
 
+/* Does the ASCII text s[0:n] hold a control character (below 0x20, or 0x7f)? Eight bytes a
+ * step: a byte x below 0x80 is below 0x20 when x + 0x60 has no high bit, and is 0x7f when x + 1
+ * has one (neither sum carries into the next byte). */
+static int has_control(const char *s, Py_ssize_t n) {
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    Py_ssize_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t w;
+        memcpy(&w, s + k, 8);
+        if ((~(w + 0x60 * ones) | (w + ones)) & high) return 1;
+    }
+    for (; k < n; k++)
+        if ((unsigned char)s[k] < 0x20 || s[k] == 0x7f) return 1;
+    return 0;
+}
+
 /* read_token on ASCII text s[0:n]. */
 static int ascii_token(const char *s, Py_ssize_t n, Tok *t) {
     Cursor c = {s, n, 0};
@@ -1252,8 +1295,7 @@ static int ascii_token(const char *s, Py_ssize_t n, Tok *t) {
         return 0;
     const char *rest = c.s + c.i;
     Py_ssize_t rest_n = c.n - c.i;
-    for (Py_ssize_t k = 0; k < rest_n; k++)
-        if ((unsigned char)rest[k] < 0x20 || rest[k] == 0x7f) return 0; /* odd whitespace */
+    if (has_control(rest, rest_n)) return 0; /* odd whitespace */
     spaces(&c);
     if (name == HEADER) {
         if (c.i == c.n) return t->kind = HEADER, 1;
@@ -1278,10 +1320,10 @@ static int ascii_token(const char *s, Py_ssize_t n, Tok *t) {
     if (name == LAUNCH) {
         if (contains(rest, rest_n, "processing task")) {
             /* an n_cmpl child (`is_child = 1`) is the reference's */
-            for (Py_ssize_t k = 0; k + 11 <= rest_n; k++)
-                if (memcmp(rest + k, "is_child = ", 11) == 0)
-                    for (Py_ssize_t j = k + 11; j < rest_n && is_digit(rest[j]); j++)
-                        if (rest[j] != '0') return 0;
+            const char *end = rest + rest_n;
+            for (const char *at = rest; (at = find_n(at, end - at, "is_child = ", 11)); at++)
+                for (const char *d = at + 11; d < end && is_digit(*d); d++)
+                    if (*d != '0') return 0;
             return t->kind = LAUNCH, 1;
         }
         if (contains(rest, rest_n, "stop processing")) return 0;

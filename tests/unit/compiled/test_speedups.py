@@ -767,6 +767,28 @@ def test_scan_decodes_the_plain_lines_itself() -> None:
     assert type(items[0]) is LogLine
 
 
+def test_scan_reads_each_lines_date_where_it_changes() -> None:
+    """Scan keeps the last date it read (a dump's lines are in order): a new day, a bad date
+    between good ones and the date it had before each read as the decoder reads them."""
+    stamps = (
+        "2024-02-28T23:59:59.999999+0000",
+        "2024-02-29T00:00:00.000001+0000",
+        "2024-02-30T00:00:00.000001+0000",  # no such day: the decoder's to refuse
+        "2024-02-29T01:00:00.000001+0000",
+        "2023-02-29T01:00:00.000001+0000",  # no leap year
+        "2024-02-29T25:00:00.000001+0000",  # the same day, a bad hour
+        "2024-02-29T02:00:00.000001+0000",
+        "2024-03-01T00:30:00.000001-0100",
+        "2024-13-01T00:30:00.000001+0000",
+        "2024-03-01T00:30:00.000001+0000",
+    )
+    data = b"".join(f"{t} node0 sm-llm[1234]: {VERBATIM[0]}\n".encode() for t in stamps)
+    items = check_scan(data, 0, MAX_LINE)
+    assert len(items) == len(stamps)
+    raw = [type(item) is bytes for item in items]
+    assert [i for i, left in enumerate(raw) if left] == [2, 4, 5, 8]  # (the bad ones)
+
+
 def test_scan_hands_over_lines_it_decoded_all_of_as_one_lines_made_on_access() -> None:
     raw = b"2026-09-22T07:31:04.127792+0000 node0 sm-llm[1234]: " + VERBATIM[0].encode()
     data = bytearray(raw + b"\nno keyword here\n" + raw.replace(b"04.1", b"05.1") + b"\n")
