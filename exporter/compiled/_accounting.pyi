@@ -14,7 +14,7 @@ def window_run(
     start: int,
     since_us: int,
     until_us: int,
-    counted: list[tuple[int | None, int]],
+    counted: dict[int | None, list[int]],
     interval_type: type,
     event_type: type,
     parse_error: object,

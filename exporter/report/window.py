@@ -70,7 +70,7 @@ def window_run(
     start: int,
     since_us: int,
     until_us: int,
-    counted: list[tuple[int | None, int]],
+    counted: dict[int | None, list[int]],
 ) -> int:
     """How far recs[start:] are in the window (see `window_run_reference`); compiled where it
     is built."""
@@ -87,10 +87,10 @@ def window_run_reference(
     start: int,
     since_us: int,
     until_us: int,
-    counted: list[tuple[int | None, int]],
+    counted: dict[int | None, list[int]],
 ) -> int:
     """The index of the first record of recs[start:] that is not plainly in the window, each
-    timed interval before it adding (tokens, duration) to `counted`: an Interval that ends in
+    timed interval before it adding its duration to `counted[tokens]`: an Interval that ends in
     [since_us, until_us], an Event in it that is no parse error. Anything else (another
     record, a time that is no int of 64 bits) ends the run, for the caller to judge. The
     specification of the compiled `window_run`."""
@@ -105,7 +105,7 @@ def window_run_reference(
             begin = rec[I_START_US]
             if not (_int64(begin) and INT64_MIN <= end - begin <= INT64_MAX):
                 return i
-            counted.append((rec[I_TOKENS], end - begin))
+            _note(counted, rec[I_TOKENS], end - begin)
         elif type(rec) is Event:
             t = rec[E_TIME_US]
             if not (_int64(t) and since_us <= t <= until_us) or rec[E_KIND] is _PARSE_ERROR:
@@ -113,6 +113,15 @@ def window_run_reference(
         else:
             return i
     return len(recs)
+
+
+def _note(counted: dict[int | None, list[int]], tokens: int | None, duration_us: int) -> None:
+    """A timed request's duration, under its tokens (the kinds are told apart by them)."""
+    durations = counted.get(tokens)
+    if durations is None:
+        counted[tokens] = [duration_us]
+    else:
+        durations.append(duration_us)
 
 
 def _int64(v: object) -> bool:
@@ -143,7 +152,7 @@ class Builder:
         self.acc = Accounting(list(nodes), settings, origin_us=since_us, startups=self._startups)
         slots = settings.slots
         self.parsers = {n: Parser(n, slots=slots, gone_us=max_request_us) for n in nodes}
-        self._counted: list[tuple[int | None, int]] = []  # (tokens, duration) of each counted
+        self._counted: dict[int | None, list[int]] = {}  # tokens -> durations of those counted
         self.errors: dict[str, list[str]] = {n: [] for n in nodes}
         self.timeline = Window(nodes, since_us, until_us) if timeline else None
 
@@ -160,12 +169,8 @@ class Builder:
             self._add_all(parser.flush(self.until_us + self.max_request_us))
         self.acc.advance_to(self.until_us)
         durations: dict[str, list[int]] = {k: [] for k in self.kinds.names}
-        kind_of: dict[int | None, list[int]] = {}
-        for tokens, duration_us in self._counted:
-            into = kind_of.get(tokens)
-            if into is None:
-                into = kind_of[tokens] = durations[self.kinds.classify(tokens)]
-            into.append(duration_us)
+        for tokens, taken in self._counted.items():
+            durations[self.kinds.classify(tokens)] += taken
         snap = self.acc.snapshot()
         return Report(
             self.since_us,
@@ -218,7 +223,7 @@ class Builder:
             end = rec[I_END_US]
             if since <= end <= until:
                 if not rec[I_REASON]:  # (a timed request: the kinds' durations)
-                    self._counted.append((rec[I_TOKENS], end - rec[I_START_US]))
+                    _note(self._counted, rec[I_TOKENS], end - rec[I_START_US])
                 return True
             return False
         if type(rec) is Draft:  # (its request's: in the window when that ended in it)

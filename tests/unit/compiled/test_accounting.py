@@ -743,8 +743,8 @@ def test_the_compiled_window_run_goes_as_far_as_the_reference(
     recs: list[Record], start: int
 ) -> None:
     start = min(start, len(recs))
-    compiled: list[tuple[int | None, int]] = []
-    reference: list[tuple[int | None, int]] = []
+    compiled: dict[int | None, list[int]] = {}
+    reference: dict[int | None, list[int]] = {}
     got = _accounting.window_run(
         recs, start, *WINDOW, compiled, Interval, Event, EventKind.PARSE_ERROR
     )
@@ -761,25 +761,31 @@ def test_the_compiled_window_run_notes_timed_durations_and_stops_outside() -> No
         Interval("node0", since, until + 1, 2),  # ends after the window
         Interval("node0", since, since + 9, 4),
     ]
-    counted: list[tuple[int | None, int]] = []
+    counted: dict[int | None, list[int]] = {}
     assert (
         _accounting.window_run(
             recs, 0, since, until, counted, Interval, Event, EventKind.PARSE_ERROR
         )
         == 3
     )
-    assert counted == [(7, 15)]
+    assert counted == {7: [15]}
     assert (
         _accounting.window_run(
             recs, 4, since, until, counted, Interval, Event, EventKind.PARSE_ERROR
         )
         == 5
     )
-    assert counted == [(7, 15), (4, 9)]
+    assert counted == {7: [15], 4: [9]}
     with pytest.raises(IndexError):
         _accounting.window_run(
             recs, 6, since, until, counted, Interval, Event, EventKind.PARSE_ERROR
         )
+    not_counted: list[Any] = [[], {7: ()}]  # (counted is a dict of lists)
+    for bad in not_counted:
+        with pytest.raises(TypeError):
+            _accounting.window_run(
+                recs, 0, since, until, bad, Interval, Event, EventKind.PARSE_ERROR
+            )
     with pytest.raises(TypeError):
         _accounting.window_run(
             iter(recs),  # type: ignore[arg-type]
