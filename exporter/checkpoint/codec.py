@@ -1,17 +1,12 @@
-"""The checkpoint's content: a versioned schema, migrations from every version written, one check.
+"""The checkpoint's content: the state written as versioned JSON, and read back into the daemon.
 
 What a checkpoint holds (docs/design.md, "Checkpoints"): the accounting's numbers (`state_of`,
 `restore`), each node's parser (`parser_state`, `parser_of`), each node's position and the kind
 of source it is of, the count of failed writes and when it was written. `state` gathers them,
 `encode` writes them as JSON under `"format": VERSION`; `load` reads a file back through
-`upgrade` (an older version migrated, step by step, to this one) and `check` (every field
-against SCHEMA: a value of another type, a negative counter or a time the exporter cannot
-represent is refused, naming where it is). `store.py` keeps the file (atomic writes, the lock).
-
-Versions: 1 to 8 were all written as `"format": 1`, before the version was kept; `written_as`
-tells them apart by the keys each added (the commits that wrote them are named at each
-migration; tests/testdata/checkpoints/ holds one of each, made by the code of its commit).
-From 9 on, the version is the file's `format`.
+`migrations.upgrade` (an older version migrated, step by step, to this one) and
+`schema.check` (every field against the schema, naming where one does not fit). `layout.py`
+says what the saved rows hold; `store.py` keeps the file (atomic writes, the lock).
 
 Restoring takes the checkpoint into an accounting built from today's config: nodes added or
 removed, kinds or duration buckets changed are taken up (and said, for the log); the start-up
@@ -21,71 +16,32 @@ tracker's own fields are checked as it reads them (`Tracker.from_state`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from operator import attrgetter
 from typing import Any
 
 from exporter.accounting.accounting import Accounting
 from exporter.accounting.figures import KindCounters, NodeState, model_figures
-from exporter.base.records import CANCELLED, ERROR_REASON, REASONS
-from exporter.base.times import fits
-from exporter.checkpoint.shapes import (
-    FLAG,
-    INT,
-    TEXT,
-    Check,
-    by_length,
-    int_in,
-    list_of,
-    map_of,
-    one_of,
-    optional,
-    record,
-    refusal,
-    row,
+from exporter.checkpoint.layout import (
+    BUCKETS_AT,
+    DRAFT_AT,
+    GENERATION_AT,
+    HISTOGRAM_AT,
+    KIND_COUNTERS,
+    NODE_COUNTERS,
+    PROMPT_AT,
+    VERSION,
 )
+from exporter.checkpoint.migrations import upgrade
+from exporter.checkpoint.schema import ACCOUNTING, PARSER, SCHEMA, check
 from exporter.checkpoint.store import Checkpoint, CheckpointError
 from exporter.parse.context import NO_BLOCK, Block, ServerContext
 from exporter.parse.contract import BLOCK_FIELDS
 from exporter.parse.parser import MAX_INSTANCES, SPAWNED, Parser
 from exporter.startup.llama import Tracker
 
-VERSION = 10
-UNVERSIONED = 1  # the `format` versions 1 to 8 were written under
-FIRST_KEPT = 9  # the first version kept in `format`
 # the config's settings of the histograms' buckets, in the order a saved kind holds them
 BUCKET_SETTINGS = ("duration_buckets", "prompt_duration_buckets", "generation_duration_buckets")
-MAX_COUNT = 2**63 - 1  # (what the compiled sweep and the renderer hold)
-
-# A node's counters as saved, in this order (newest_us and last_end_us are times, the second
-# None before the node's first request: see NODE).
-NODE_COUNTERS = (
-    "newest_us",
-    "busy_us",
-    "slot_busy_us",
-    "last_end_us",
-    "entries",
-    "aborted",
-    "restarts",
-    "parse_errors",
-    "late",
-    "reconnects",
-    "gaps",
-)
-# A kind's counters as saved: these, then the buckets (a list), then the histogram's sum.
-KIND_COUNTERS = (
-    "requests",
-    "request_us",
-    "tokens",
-    "prompt_tokens",
-    "generated_tokens",
-    "prompt_us",
-    "generation_us",
-)
-BUCKETS_AT, HISTOGRAM_AT = len(KIND_COUNTERS), len(KIND_COUNTERS) + 1
-# (from version 10 on, these follow: the prompt-eval and generation histograms, each its buckets
-# and its sum, then the draft tokens, proposed and accepted)
-PROMPT_AT, GENERATION_AT, DRAFT_AT = HISTOGRAM_AT + 1, HISTOGRAM_AT + 3, HISTOGRAM_AT + 5
 _node_counters = attrgetter(*NODE_COUNTERS)
 _kind_counters = attrgetter(*KIND_COUNTERS)
 
@@ -414,252 +370,3 @@ def _take_context(s: Parser | ServerContext, saved: dict[str, Any]) -> None:
     s.started = {(slot, t): at for slot, t, at in saved["started"]}
     s.task_reasons = dict(saved["marks"])  # ([task, reason] pairs)
     s.children = dict.fromkeys((slot, t) for slot, t in saved["children"])
-
-
-# -- versions -----------------------------------------------------------------------------------
-
-
-def written_as(saved: Mapping[str, Any]) -> int:
-    """The version of a checkpoint, told by its `format` (9 on) or, for one written as
-    `"format": 1`, by the keys each later version added (CheckpointError for any other)."""
-    found = saved.get("format")
-    if type(found) is int and FIRST_KEPT <= found <= VERSION:
-        return found
-    if type(found) is not int or found != UNVERSIONED:
-        raise CheckpointError(
-            f"checkpoint format {found!r}, this version reads format {VERSION} (and the "
-            f"checkpoints written as format {UNVERSIONED} before it)"
-        )
-    if "sources" in saved:
-        return 8
-    nodes = _each(saved, "accounting", "nodes")
-    parsers = _each(saved, "parsers")
-    for version, found_in in (
-        (7, any("startups" in n for n in nodes)),
-        (6, any("untimed" in n for n in nodes) or any("up" in p for p in parsers)),
-        (5, any("newest_since_us" in p for p in parsers)),
-        (4, any("seen" in p for p in parsers)),
-        (3, any(len(k) > HISTOGRAM_AT for n in nodes for k in _each(n, "kinds"))),
-        (2, any("started" in p for p in parsers)),
-    ):
-        if found_in:
-            return version
-    return 1
-
-
-def _each(d: Mapping[str, Any], *path: str) -> list[Any]:
-    """The values of the object at `path` in `d` ([] where there is none)."""
-    for key in path:
-        d = d.get(key) if isinstance(d, dict) else None  # type: ignore[assignment]
-    return list(d.values()) if isinstance(d, dict) else []
-
-
-def upgrade(saved: dict[str, Any]) -> dict[str, Any]:
-    """`saved` (a checkpoint of any version written) migrated to this version, step by step;
-    KeyError, TypeError or ValueError when it is not what its version wrote."""
-    version = written_as(saved)
-    for step in MIGRATIONS[version - 1 :]:
-        step(saved)
-    saved["format"] = VERSION
-    return saved
-
-
-def _parsers(saved: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every parser state of a checkpoint: each node's, and its model instances' (router mode)."""
-    out: list[dict[str, Any]] = []
-    todo = list(saved["parsers"].values())
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += [sub for _, _, sub in p.get("instances", [])]
-    return out
-
-
-def _nodes(saved: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(saved["accounting"]["nodes"].values())
-
-
-def _to_2(saved: dict[str, Any]) -> None:
-    """dc54f56: each parser keeps its launched tasks."""
-    for p in _parsers(saved):
-        p["started"] = []
-
-
-def _to_3(saved: dict[str, Any]) -> None:
-    """64d2778: each kind's histogram keeps its own sum (it held every request until then)."""
-    for node in _nodes(saved):
-        for values in node["kinds"].values():
-            values.append(values[KIND_COUNTERS.index("request_us")])
-
-
-def _to_4(saved: dict[str, Any]) -> None:
-    """776c14c: each parser tells its PIDs apart (the older ones that may still log) and keeps
-    the slot count its server logged."""
-    for p in _parsers(saved):
-        pid = p["pid"]
-        p.update(n_slots=0, newest_pid=pid, last_us=0, others=[], seen=[pid] if pid else [])
-
-
-def _to_5(saved: dict[str, Any]) -> None:
-    """3a416a7: a PID that logs well after the newest began is a second server; each older
-    PID keeps its own slot count."""
-    for p in _parsers(saved):
-        p.update(newest_since_us=0, second=False)
-        p["others"] = [[*other, 0, False] for other in p["others"]]
-
-
-def _to_6(saved: dict[str, Any]) -> None:
-    """25dc302: every occupancy an interval: untimed reasons (the cancels counted before are
-    `cancelled`, of no seconds), slot-busy time, slots, the server's state, router mode."""
-    for node in _nodes(saved):
-        untimed = {reason: [0, 0] for reason in REASONS}
-        untimed[CANCELLED][0] = node.pop("cancelled")
-        node.update(untimed=untimed, slot_busy_us=0, slots=None, server_up=None, models={})
-    for p in _parsers(saved):
-        p.update(up=-1, marks=[], children=[], instances=[])
-        for _, _, context, _, _ in p["others"]:
-            context.update(marks=[], children=[])
-
-
-def _to_7(saved: dict[str, Any]) -> None:
-    """96d10f9: each node's llama-server start-ups."""
-    for node in _nodes(saved):
-        node["startups"] = {"last": None, "current": None, "last_pid": 0, "started_due": False}
-
-
-def _to_8(saved: dict[str, Any]) -> None:
-    """e9421ea: each position's kind of source (none known: each node's configured kind), and
-    the model instances each router started (those that run)."""
-    saved["sources"] = {}
-    for p in _parsers(saved):
-        p["spawned"] = [[model, ""] for _, model, _ in p["instances"]]
-
-
-def _to_9(saved: dict[str, Any]) -> None:
-    """The version kept in `format` (the content is version 8's)."""
-
-
-def _to_10(saved: dict[str, Any]) -> None:
-    """Issue 32: each kind's prompt-eval and generation histograms (of no buckets before: they
-    start from 0) and draft tokens; each node's sleep and its router's queues; each parser's
-    last timed requests (a draft line follows one)."""
-    saved["accounting"].update(prompt_buckets_us=[], generation_buckets_us=[])
-    for p in _parsers(saved):
-        p["recent_totals"] = []
-    for node in _nodes(saved):
-        node.update(asleep_since_us=None, asleep_us=0, queues={})
-        for values in node["kinds"].values():
-            values += [[0], 0, [0], 0, 0, 0]
-
-
-MIGRATIONS: tuple[Callable[[dict[str, Any]], None], ...] = (
-    _to_2,
-    _to_3,
-    _to_4,
-    _to_5,
-    _to_6,
-    _to_7,
-    _to_8,
-    _to_9,
-    _to_10,
-)
-
-# -- the schema ---------------------------------------------------------------------------------
-
-
-def check(what: Check, value: Any, where: str) -> None:
-    """`value` (at `where`) against `what`; ValueError naming the first field that does not fit."""
-    what(value, where)
-
-
-def _time(value: Any, where: str) -> None:
-    if type(value) is not int or not fits(value):
-        raise refusal(value, where, "not a time the exporter can represent")
-
-
-def _by_tracker(value: Any, where: str) -> None:
-    """(A start-up tracker's field: `Tracker.from_state` checks it as it reads it.)"""
-
-
-COUNT = int_in(0, MAX_COUNT, "not a counter")
-_HISTOGRAM = (list_of(COUNT), COUNT)
-_KIND = row(*[COUNT] * len(KIND_COUNTERS), *_HISTOGRAM * 3, COUNT, COUNT)
-_STARTUPS = record(
-    dict.fromkeys(("last", "current", "last_pid", "started_due"), _by_tracker),
-    {"last_wake": _by_tracker},  # (a server that never slept: none)
-)
-NODE = record(
-    {
-        **dict.fromkeys(NODE_COUNTERS, COUNT),
-        "newest_us": _time,
-        "last_end_us": optional(_time),
-        "start_lines": FLAG,
-        # (slot, task, launched) or, of a router's model instance, (slot, task, model, launched)
-        "in_flight": list_of(by_length({3: row(INT, INT, _time), 4: row(INT, INT, TEXT, _time)})),
-        "untimed": map_of(row(COUNT, COUNT)),
-        "slots": optional(COUNT),
-        "server_up": optional(COUNT),
-        "models": map_of(row(COUNT, COUNT, COUNT)),
-        "startups": _STARTUPS,  # (its fields: Tracker.from_state's)
-        "asleep_since_us": optional(_time),
-        "asleep_us": COUNT,
-        "queues": map_of(row(COUNT, COUNT, COUNT)),
-        "kinds": map_of(_KIND),
-    }
-)
-ACCOUNTING = record(
-    {
-        "origin_us": _time,
-        "watermark_us": _time,
-        "kinds": list_of(row(TEXT, optional(INT), optional(INT))),
-        "buckets_us": list_of(INT),
-        "prompt_buckets_us": list_of(INT),
-        "generation_buckets_us": list_of(INT),
-        "concurrency_us": list_of(COUNT),
-        "mix_us": map_of(COUNT),
-        "pending": list_of(row(_time, _time, TEXT, TEXT)),
-        "nodes": map_of(NODE),
-    }
-)
-_CONTEXT = {
-    "block": row(*[optional(INT)] * len(BLOCK_FIELDS)),
-    "pending_stops": list_of(row(INT, INT, INT)),
-    "last_timed": list_of(row(INT, INT)),
-    "started": list_of(row(INT, INT, INT)),
-    "marks": list_of(row(INT, one_of(CANCELLED, ERROR_REASON))),
-    "children": list_of(row(INT, INT)),
-}
-
-
-def _instance(value: Any, where: str) -> None:  # (recursive: a router's instances are parsers)
-    PARSER(value, where)
-
-
-PARSER = record(
-    {
-        "pid": INT,
-        **_CONTEXT,
-        "n_slots": INT,
-        "up": one_of(-1, 0, 1),
-        "newest_pid": INT,
-        "newest_since_us": INT,
-        "second": FLAG,
-        "last_us": INT,
-        "others": list_of(row(INT, INT, record(_CONTEXT), INT, FLAG)),
-        "seen": list_of(INT),
-        "recent_totals": list_of(row(INT, INT, optional(COUNT))),
-        "instances": list_of(row(INT, TEXT, _instance)),
-        "spawned": list_of(row(TEXT, TEXT)),
-    }
-)
-SCHEMA = record(
-    {
-        "format": one_of(VERSION),
-        "accounting": ACCOUNTING,
-        "parsers": map_of(PARSER),
-        "positions": map_of(TEXT),
-        "sources": map_of(TEXT),
-        "checkpoint_errors": COUNT,
-        "written_at_us": INT,
-    }
-)

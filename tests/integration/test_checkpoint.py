@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from exporter.base.times import SECOND
-from exporter.checkpoint.codec import VERSION, encode
+from exporter.checkpoint.codec import encode
+from exporter.checkpoint.layout import VERSION
 from exporter.checkpoint.store import NAME, Checkpoint
 from exporter.commands.demo import NODES, node_lines, short_iso
 from exporter.config.schema import Config

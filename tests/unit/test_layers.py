@@ -37,10 +37,13 @@ LEVELS: list[set[str]] = [
         "exporter.ingest.memory",
         "exporter.base.outfile",
         "exporter.checkpoint.shapes",
+        "exporter.checkpoint.layout",
     },
     {"exporter.base.kinds", "exporter.startup.phases", "exporter.checkpoint.store"},
     {
         "exporter.parse.parser",
+        "exporter.checkpoint.migrations",
+        "exporter.checkpoint.schema",
         "exporter.startup.vllm",
         "exporter.accounting.settings",
         "exporter.accounting.sweep",

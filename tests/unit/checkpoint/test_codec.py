@@ -26,20 +26,9 @@ from exporter.accounting.settings import DEFAULT_BUCKETS_S
 from exporter.base.kinds import DEFAULT_RULES, KindRule, Kinds, split_rules
 from exporter.base.records import Event, EventKind, Interval
 from exporter.base.times import SECOND
-from exporter.checkpoint.codec import (
-    FIRST_KEPT,
-    HISTOGRAM_AT,
-    MIGRATIONS,
-    VERSION,
-    encode,
-    load,
-    parser_of,
-    parser_state,
-    restore,
-    state_of,
-    upgrade,
-    written_as,
-)
+from exporter.checkpoint.codec import encode, load, parser_of, parser_state, restore, state_of
+from exporter.checkpoint.layout import FIRST_KEPT, HISTOGRAM_AT, VERSION
+from exporter.checkpoint.migrations import MIGRATIONS, upgrade, written_as
 from exporter.checkpoint.store import Checkpoint, CheckpointError
 from exporter.exposition.render import Renderer
 

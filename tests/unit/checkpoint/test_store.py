@@ -10,10 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from exporter.checkpoint.codec import (
-    VERSION,
-    encode,
-)
+from exporter.checkpoint.codec import encode
+from exporter.checkpoint.layout import VERSION
 from exporter.checkpoint.store import NAME, Checkpoint, CheckpointError
 
 from support.checkpoints import mode_of, names_in, states

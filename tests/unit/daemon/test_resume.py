@@ -16,11 +16,8 @@ import pytest
 from exporter.base.kinds import Kinds, split_rules
 from exporter.base.records import Interval
 from exporter.base.times import SECOND
-from exporter.checkpoint.codec import (
-    VERSION,
-    parser_state,
-    state_of,
-)
+from exporter.checkpoint.codec import parser_state, state_of
+from exporter.checkpoint.layout import VERSION
 from exporter.checkpoint.store import NAME, Checkpoint
 from exporter.commands.demo import NODES
 from exporter.config.schema import Config

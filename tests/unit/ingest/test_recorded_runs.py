@@ -23,14 +23,9 @@ from exporter.accounting.accounting import Accounting
 from exporter.accounting.settings import DEFAULT_BUCKETS_S
 from exporter.base.records import Event, EventKind, Interval, LogLine, Record
 from exporter.base.times import MAX_TIME_US, SECOND
-from exporter.checkpoint.codec import (
-    HISTOGRAM_AT,
-    parser_of,
-    parser_state,
-    restore,
-    state_of,
-    upgrade,
-)
+from exporter.checkpoint.codec import parser_of, parser_state, restore, state_of
+from exporter.checkpoint.layout import HISTOGRAM_AT
+from exporter.checkpoint.migrations import upgrade
 from exporter.parse import parser as parse
 from exporter.parse import router, tokens
 from exporter.parse.parser import Parser
