@@ -96,6 +96,7 @@ class FileSource:
         self._said = ""  # why the path is not followed, as last said ("" while it is)
         self._said_caught_up = False
         self._tail = b""  # the FINGERPRINT bytes of the open file before the read position
+        self._at = 0  # the read position in the open file (a FIFO has none)
         # the file last left for another at the path, where it was left and the bytes before
         self._left: tuple[FilePosition, bytes] | None = None
         self._backlog = False
@@ -151,13 +152,14 @@ class FileSource:
             why = self._open()
             if why:
                 return self._not_followed(why)
-        else:
-            self._check_in_place()
         # a backlog (the last read was full) in larger reads: fewer hand-overs to the loop
         size = self.chunk * BACKLOG_READS if self._backlog else self.chunk
         data = self._read(size)
         self._backlog = len(data) >= self.chunk
-        at_end = self._stream or self._is_at_end()
+        # a short read reached the end; after a full one, only a size shows it (asked only when
+        # the read ends in a NUL: the backlog's reads skip the call, and the read that ends
+        # exactly at the end is told by the next, which finds nothing)
+        at_end = self._stream or len(data) < size or (data[-1:] == b"\0" and self._is_at_end())
         if data[-1:] == b"\0" and not self._stream and at_end:
             data = self._held_back(data)
         if data and not self._stream:
@@ -173,26 +175,37 @@ class FileSource:
         """`data` but the NULs that end the file: not read yet (a gap its writer has yet to
         fill, on NFS or by a writer that reserves its space; or a power cut's, read once
         something follows them), so the bytes that fill it are read where they land."""
-        assert self._file is not None
         kept = data.rstrip(b"\0")
-        self._file.seek(len(kept) - len(data), os.SEEK_CUR)
+        self._at -= len(data) - len(kept)
         return kept
 
     def _read(self, size: int) -> bytes | bytearray:
+        """The next `size` bytes at most. Of a regular file, read with the FINGERPRINT bytes
+        before them, in one call (each call gives up the interpreter lock and waits to take it
+        back: the reading thread waited more than it read): should they not be the bytes read
+        before, the file was truncated or rewritten in place, and is read again from its start."""
         assert self._file is not None
-        if not self._stream:
-            buf = self._buffer(size)
-            if buf is None:
-                return self._file.read(size)
-            n = self._file.readinto(buf) or 0
-            if n == size:
-                return buf
+        if self._stream:
+            try:
+                return os.read(self._file.fileno(), size)
+            except BlockingIOError:  # a writer, but nothing written yet
+                return b""
+        kept = self._buffer(size)
+        buf = kept if kept is not None else bytearray(size)
+        tail = bytearray(len(self._tail))
+        got = os.preadv(self._file.fileno(), [tail, buf], self._at - len(tail))
+        if tail != self._tail:  # (fewer bytes than the tail: it was cut short)
+            at = self._at
+            shorter = got < len(tail) or os.fstat(self._file.fileno()).st_size < at
+            self._restart("was truncated" if shorter else "was rewritten in place")
+            return self._read(size)
+        n = got - len(tail)
+        self._at += n
+        if n == size:
+            return buf
+        if kept is not None:
             self._buffers.clear()  # (read to the end: no backlog to read into them)
-            return bytes(memoryview(buf)[:n])
-        try:
-            return os.read(self._file.fileno(), size)
-        except BlockingIOError:  # a writer, but nothing written yet
-            return b""
+        return bytes(memoryview(buf)[:n])
 
     def _buffer(self, size: int) -> bytearray | None:
         """A buffer of `size` bytes that nothing holds any more (no Lines views it, no Batch
@@ -217,22 +230,10 @@ class FileSource:
         log.warning("node %s: %s; waiting for a dump file there", self.node, why)
         return Batch(self.node, up=False, error=why)
 
-    def _check_in_place(self) -> None:
-        """Truncated or rewritten in place since the last read (the bytes before the read
-        position are not the ones read): read again from the start, as a new file."""
-        assert self._file is not None
-        if self._stream or not self._tail:
-            return
-        at = self._file.tell()
-        if self._pread(len(self._tail), at - len(self._tail)) == self._tail:
-            return
-        shorter = os.fstat(self._file.fileno()).st_size < at
-        self._restart("was truncated" if shorter else "was rewritten in place")
-
     def _restart(self, what: str) -> None:
         assert self._file is not None
         log.warning("node %s: %s %s; reading it again from the start", self.node, self.path, what)
-        self._file.seek(0)
+        self._at = 0
         self._reader = LineReader(self.node, since_us=self.since_us, where=str(self.path))
         self._said_caught_up = False
         self._tail = b""
@@ -295,7 +296,7 @@ class FileSource:
         """Where to read the file just opened: where it was left (the same file back at the
         path), at the saved position, or from its start."""
         self._reader = LineReader(self.node, since_us=self.since_us, where=str(self.path))
-        self._tail = b""
+        self._tail, self._at = b"", 0
         resume, self._resume = self._resume, None
         left, self._left = self._left, None
         if self._stream:
@@ -331,7 +332,7 @@ class FileSource:
             self.node, since_us=self.since_us, where=str(self.path), first_line=None
         )
         self._reader.offset = offset
-        self._file.seek(offset)
+        self._at = offset
         self._tail = self._before(offset)
 
     def _before(self, offset: int) -> bytes:
@@ -346,7 +347,7 @@ class FileSource:
 
     def _is_at_end(self) -> bool:
         assert self._file is not None
-        return self._file.tell() >= os.fstat(self._file.fileno()).st_size
+        return self._at >= os.fstat(self._file.fileno()).st_size
 
     def _at_end(self) -> Batch | None:
         """At the end of the open file: has it been truncated or replaced?"""
@@ -363,7 +364,7 @@ class FileSource:
             self._file.close()
             self._file = None
             return self.step()
-        if not self._stream and st.st_size < self._file.tell():
+        if not self._stream and st.st_size < self._at:
             self._restart("was truncated")
             return self.step()
         if self._said_caught_up:

@@ -677,6 +677,36 @@ def test_small_chunks_reassemble_lines_and_report_caught_up_at_the_end(
     assert times[-1] == big[0].newest_us == T0 + 80001 * MS
 
 
+def test_a_read_that_ends_at_the_end_exactly_is_told_caught_up_by_the_next(
+    tmp_path: Path,
+) -> None:
+    """A full read does not ask the file's size (a backlog's reads would each give up the
+    interpreter lock for it): when it ended at the end exactly, the next step finds nothing
+    more and says the source caught up, at the same position."""
+    path = tmp_path / "node0.log"
+    data = lines_of(*(render("short", T0 + i * MS, LAUNCH.format(t=i)) for i in range(4)))
+    path.write_bytes(data)
+    src = FileSource("node0", path, since_us=0, chunk=len(data))
+    first, last = step(src), step(src)
+    assert len(first.lines) == 4 and not first.caught_up
+    assert first.position == last.position == position(path)
+    assert last.caught_up and not last.lines and not last.entries
+    assert src.step() is None
+
+
+def test_nuls_that_end_a_full_read_at_the_end_are_held_back(tmp_path: Path) -> None:
+    """A full read that ends in NULs asks the size: at the end of the file, the NULs are a
+    gap a writer may fill yet, not read past."""
+    path = tmp_path / "node0.log"
+    line = lines_of(render("short", T0, LAUNCH.format(t=0)))
+    path.write_bytes(line + b"\0" * 64)
+    src = FileSource("node0", path, since_us=0, chunk=len(line) + 64)
+    batch = step(src)
+    assert messages([batch]) == [LAUNCH.format(t=0)]
+    assert batch.caught_up
+    assert batch.position == position(path, len(line))
+
+
 class CountingSource(FileSource):
     """A FileSource that counts its polls, so a test can wait for the next one."""
 
