@@ -176,30 +176,29 @@ class FileSource:
         fill, on NFS or by a writer that reserves its space; or a power cut's, read once
         something follows them), so the bytes that fill it are read where they land."""
         kept = data.rstrip(b"\0")
-        self._at -= len(data) - len(kept)
+        self._seek(self._at - (len(data) - len(kept)))
         return kept
 
     def _read(self, size: int) -> bytes | bytearray:
-        """The next `size` bytes at most. Of a regular file, read with the FINGERPRINT bytes
-        before them, in one call (each call gives up the interpreter lock and waits to take it
-        back: the reading thread waited more than it read): should they not be the bytes read
-        before, the file was truncated or rewritten in place, and is read again from its start."""
+        """The next `size` bytes at most. Of a regular file, after a look at the FINGERPRINT
+        bytes before them: should they not be the bytes read before, the file was truncated or
+        rewritten in place, and is read again from its start. (Two calls, where a step made
+        five: each gives up the interpreter lock and waits to take it back, and the reading
+        thread waited more than it read. The descriptor's offset is kept where the reading is,
+        as `lsof -o` and /proc/PID/fdinfo show it.)"""
         assert self._file is not None
+        fd = self._file.fileno()
         if self._stream:
             try:
-                return os.read(self._file.fileno(), size)
+                return os.read(fd, size)
             except BlockingIOError:  # a writer, but nothing written yet
                 return b""
+        if self._tail and self._pread(len(self._tail), self._at - len(self._tail)) != self._tail:
+            shorter = os.fstat(fd).st_size < self._at
+            self._restart("was truncated" if shorter else "was rewritten in place")
         kept = self._buffer(size)
         buf = kept if kept is not None else bytearray(size)
-        tail = bytearray(len(self._tail))
-        got = os.preadv(self._file.fileno(), [tail, buf], self._at - len(tail))
-        if tail != self._tail:  # (fewer bytes than the tail: it was cut short)
-            at = self._at
-            shorter = got < len(tail) or os.fstat(self._file.fileno()).st_size < at
-            self._restart("was truncated" if shorter else "was rewritten in place")
-            return self._read(size)
-        n = got - len(tail)
+        n = os.readv(fd, [buf])
         self._at += n
         if n == size:
             return buf
@@ -233,10 +232,15 @@ class FileSource:
     def _restart(self, what: str) -> None:
         assert self._file is not None
         log.warning("node %s: %s %s; reading it again from the start", self.node, self.path, what)
-        self._at = 0
+        self._seek(0)
         self._reader = LineReader(self.node, since_us=self.since_us, where=str(self.path))
         self._said_caught_up = False
         self._tail = b""
+
+    def _seek(self, offset: int) -> None:
+        """Read the open file from `offset` on."""
+        assert self._file is not None
+        self._at = os.lseek(self._file.fileno(), offset, os.SEEK_SET)
 
     def _pread(self, size: int, offset: int) -> bytes:
         assert self._file is not None
@@ -332,7 +336,7 @@ class FileSource:
             self.node, since_us=self.since_us, where=str(self.path), first_line=None
         )
         self._reader.offset = offset
-        self._at = offset
+        self._seek(offset)
         self._tail = self._before(offset)
 
     def _before(self, offset: int) -> bytes:

@@ -707,6 +707,32 @@ def test_nuls_that_end_a_full_read_at_the_end_are_held_back(tmp_path: Path) -> N
     assert batch.position == position(path, len(line))
 
 
+def test_the_descriptors_offset_is_where_the_reading_is(tmp_path: Path) -> None:
+    """What `lsof -o` and /proc/PID/fdinfo show of the open dump is how far it was read: after
+    a read, after NULs held back at its end, and after it was rewritten in place."""
+    path = tmp_path / "node0.log"
+    line = lines_of(render("short", T0, LAUNCH.format(t=0)))
+    path.write_bytes(line + b"\0" * 10)
+    src = FileSource("node0", path, since_us=0)
+
+    def offset() -> int:
+        assert src._file is not None
+        return os.lseek(src._file.fileno(), 0, os.SEEK_CUR)
+
+    step(src)
+    assert offset() == len(line)  # (the NULs not read past)
+    more = lines_of(render("short", T0 + MS, LAUNCH.format(t=1)))
+    with path.open("r+b") as f:
+        f.seek(len(line))
+        f.write(more)
+    step(src)
+    assert offset() == len(line + more) == os.path.getsize(path)
+    path.write_bytes(more + line)  # (the same length, other bytes: rewritten in place)
+    batch = step(src)
+    assert messages([batch]) == [LAUNCH.format(t=1), LAUNCH.format(t=0)]
+    assert offset() == len(more + line)
+
+
 class CountingSource(FileSource):
     """A FileSource that counts its polls, so a test can wait for the next one."""
 
