@@ -158,7 +158,7 @@ static int bytes_token(const char *s, Py_ssize_t n, Tok *t);
 /* The date of the last line decode_short read, and its day number: a dump's lines come in
  * order, so nearly every line has the date of the one before (its digits and checks skipped). */
 typedef struct {
-    char ymd[10]; /* `2026-09-22`, valid when `days` is set */
+    char ymd[10]; /* `2026-09-22`, with `days`, valid when `has` is set */
     long long days;
     int has;
 } Day;

@@ -159,8 +159,9 @@ class FileSource:
         # a short read reached the end; after a full one, only a size shows it (asked only when
         # the read ends in a NUL: the backlog's reads skip the call, and the read that ends
         # exactly at the end is told by the next, which finds nothing)
-        at_end = self._stream or len(data) < size or (data[-1:] == b"\0" and self._is_at_end())
-        if data[-1:] == b"\0" and not self._stream and at_end:
+        nul_last = data[-1:] == b"\0" and not self._stream
+        at_end = self._stream or len(data) < size or (nul_last and self._is_at_end())
+        if nul_last and at_end:
             data = self._held_back(data)
         if data and not self._stream:
             self._tail = (self._tail + data[-FINGERPRINT:])[-FINGERPRINT:]
@@ -182,10 +183,10 @@ class FileSource:
     def _read(self, size: int) -> bytes | bytearray:
         """The next `size` bytes at most. Of a regular file, after a look at the FINGERPRINT
         bytes before them: should they not be the bytes read before, the file was truncated or
-        rewritten in place, and is read again from its start. (Two calls, where a step made
-        five: each gives up the interpreter lock and waits to take it back, and the reading
-        thread waited more than it read. The descriptor's offset is kept where the reading is,
-        as `lsof -o` and /proc/PID/fdinfo show it.)"""
+        rewritten in place, and is read again from its start. (Two calls: each gives up the
+        interpreter lock and waits to take it back while the loop applies a batch, so a step
+        makes as few as it can. The descriptor's offset is kept where the reading is, as
+        `lsof -o` and /proc/PID/fdinfo show it.)"""
         assert self._file is not None
         fd = self._file.fileno()
         if self._stream:
