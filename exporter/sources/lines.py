@@ -270,6 +270,8 @@ class LineReader:
             return
         whole, lines_of = region
         at = whole.find(line, self._found)  # (the items come in order)
+        while at > 0 and whole[at - 1] != NEWLINE[0]:  # (a whole line, not its text in another)
+            at = whole.find(line, at + 1)
         if at >= 0:
             self._found = at + len(line)
         into = lines_of.count(NEWLINE, 0, at) if at >= 0 else 0

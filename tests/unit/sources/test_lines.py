@@ -69,6 +69,14 @@ def test_errors_name_the_line() -> None:
     assert [e.split(": ")[0] for e in chunk.errors] == ["dump.log:3", "dump.log:15"]
 
 
+def test_an_error_names_its_own_line_not_an_earlier_line_holding_its_text() -> None:
+    bad = b"no journal line, but total time in it"
+    good = short(T0, LAUNCH.format(s=0, t=1) + " ") + bad  # (a journal line: its text ends so)
+    chunk = read_all(LineReader("node0", where="dump.log"), good + b"\n" + bad + b"\n", [])
+    assert len(chunk.lines) == 1
+    assert [e.split(": ")[0] for e in chunk.errors] == ["dump.log:2"]
+
+
 @pytest.mark.parametrize("keyword", [True, False])
 def test_a_line_over_the_cap_is_one_parse_error_if_it_may_matter(keyword: bool) -> None:
     head = short(T0, "x" * 10)
