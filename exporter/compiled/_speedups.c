@@ -30,11 +30,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h> /* (every x86-64) */
 #endif
@@ -971,7 +974,7 @@ static int is_plain_tuple_type(PyObject *t) {
  * 0, or -1 with TypeError for anything but an int. */
 static int clamped(PyObject *v, const char *what, long long lo, long long hi, long long *out) {
     if (!PyLong_Check(v)) {
-        PyErr_Format(PyExc_TypeError, "scan() %s must be an int", what);
+        PyErr_Format(PyExc_TypeError, "%s must be an int", what);
         return -1;
     }
     int overflow = 0;
@@ -988,59 +991,118 @@ static int clamped(PyObject *v, const char *what, long long lo, long long hi, lo
 #define SCAN_SPLIT ((Py_ssize_t)512 << 10)
 #endif
 
-/* f on each of the `np` parts (1 or 2), the first in a thread of its own (in this one when no
- * thread can be made). Needs no GIL. */
-static void each_part(void *(*f)(void *), Part *parts, int np) {
-    pthread_t thread;
-    int started = np > 1 && pthread_create(&thread, NULL, f, &parts[0]) == 0;
-    for (int k = started; k < np; k++) f(&parts[k]);
-    if (started) pthread_join(thread, NULL);
+/* ---- workers: threads kept for the reads ahead and the halves of long chunks --------------- */
+
+/* A thread made for each job starts where its maker runs, and waits there (milliseconds, until
+ * the scheduler moves it) while another core idles: a chunk's halves then took as long as the
+ * whole. Threads kept from job to job are woken where they last ran, on a core of their own. At
+ * most WORKERS_MOST are kept; a job none is free for runs in the thread that has it (a half), or
+ * in a thread made for it. Needs no GIL: the pool has a lock of its own. */
+#define WORKERS_MOST 16
+
+typedef struct Job {
+    void *(*f)(void *);
+    void *arg;
+    struct Job *next;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    int done; /* set under lock once f returned */
+} Job;
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_work = PTHREAD_COND_INITIALIZER;
+static Job *queue_head, *queue_tail;
+static int workers, idle_workers, queued;
+
+static void job_init(Job *j, void *(*f)(void *), void *arg) {
+    j->f = f, j->arg = arg, j->next = NULL, j->done = 0;
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->cv, NULL);
 }
 
-static PyObject *scan(PyObject *self, PyObject *args) {
-    Py_buffer data;
-    PyObject *keywords, *node, *since_arg, *max_arg, *out = NULL, *lines = NULL, *empty = NULL;
-    PyObject *last_pid = NULL, *search = NULL;
-    Lines *l = NULL; /* every keyword line, decoded where it is of a usual shape */
-    long long last_pid_value = 0, since_us, max_line;
-    PyTypeObject *line_type;
-    Part parts[2];
-    int np = 0;
-    if (!PyArg_ParseTuple(args, "y*O!UOO!O:scan", &data, &PyTuple_Type, &keywords, &node,
-                          &since_arg, &PyType_Type, &line_type, &max_arg))
-        return NULL;
-    if (clamped(since_arg, "since_us", LLONG_MIN, LLONG_MAX, &since_us) < 0 ||
-        clamped(max_arg, "max_line", -1, PY_SSIZE_T_MAX, &max_line) < 0)
-        goto fail;
-    if (!is_plain_tuple_type((PyObject *)line_type)) {
-        PyErr_SetString(PyExc_TypeError, "scan() needs a NamedTuple type for its lines");
-        goto fail;
-    }
-    if ((search = search_of(keywords)) == NULL) goto fail;
-    const Search *t = PyCapsule_GetPointer(search, "smllm.search");
-    if (t == NULL || (empty = PyUnicode_New(0, 0)) == NULL) goto fail;
-    const char *buf = data.buf;
-    Py_ssize_t n = data.len, count = 0, newlines = 0, raw = 0, escaped = 0;
-    /* the parts: two halves of a long chunk, the first ending at the newline after its middle */
-    const char *mid = n >= SCAN_SPLIT ? memchr(buf + n / 2, '\n', (size_t)(n - n / 2)) : NULL;
-    Py_ssize_t cut = mid == NULL ? n : mid - buf + 1;
-    for (Py_ssize_t from = 0; from < n || np == 0; from = cut, cut = n) {
-        Part *p = &parts[np++];
-        memset(p, 0, sizeof *p);
-        p->s = buf + from, p->n = cut - from, p->t = t;
-        p->max_line = max_line, p->since_us = since_us;
-        /* (room for a line in 200 bytes: more is grown into) */
-        p->items = block_take(((size_t)p->n / 200 + 16) * sizeof(Item), &p->items_size);
-        if (p->items == NULL) {
-            PyErr_NoMemory();
-            goto fail;
+static void job_run(Job *j) {
+    j->f(j->arg);
+    pthread_mutex_lock(&j->lock);
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->lock); /* (after this, nothing of j is touched: its owner frees it) */
+}
+
+/* Until j has run (whoever else waits for it too). */
+static void job_wait(Job *j) {
+    pthread_mutex_lock(&j->lock);
+    while (!j->done) pthread_cond_wait(&j->cv, &j->lock);
+    pthread_mutex_unlock(&j->lock);
+}
+
+static void job_free(Job *j) {
+    pthread_mutex_destroy(&j->lock);
+    pthread_cond_destroy(&j->cv);
+}
+
+static void *worker_main(void *unused) {
+    pthread_mutex_lock(&pool_lock);
+    for (;;) {
+        while (queue_head == NULL) {
+            idle_workers++;
+            pthread_cond_wait(&pool_work, &pool_lock);
+            idle_workers--;
         }
+        Job *j = queue_head;
+        queue_head = j->next, queued--;
+        if (queue_head == NULL) queue_tail = NULL;
+        pthread_mutex_unlock(&pool_lock);
+        job_run(j);
+        pthread_mutex_lock(&pool_lock);
     }
-    /* Nothing changes the buffer meanwhile: a bytes object cannot change, and a file source
-     * reuses its bytearray only once nothing holds it. So it is read in parallel. */
-    Py_BEGIN_ALLOW_THREADS
-    each_part(scan_part, parts, np);
-    Py_END_ALLOW_THREADS
+    return NULL;
+}
+
+/* j handed to a kept thread (one made now if none is free and fewer than WORKERS_MOST are
+ * kept): 1, or 0 when there is none (then j is the caller's to run). */
+static int job_submit(Job *j) {
+    pthread_mutex_lock(&pool_lock);
+    int ok = idle_workers > queued;
+    if (!ok && workers < WORKERS_MOST) {
+        pthread_t t;
+        pthread_attr_t attr;
+        if (pthread_attr_init(&attr) == 0) {
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            ok = pthread_create(&t, &attr, worker_main, NULL) == 0;
+            pthread_attr_destroy(&attr);
+        }
+        workers += ok;
+    }
+    if (ok) {
+        if (queue_tail != NULL) queue_tail->next = j;
+        else queue_head = j;
+        queue_tail = j, queued++;
+        pthread_cond_signal(&pool_work);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return ok;
+}
+
+/* f on each of the `np` parts (1 or 2), the first on a kept thread (in this one when none is
+ * free). Needs no GIL. */
+static void each_part(void *(*f)(void *), Part *parts, int np) {
+    Job half;
+    job_init(&half, f, &parts[0]);
+    int handed = np > 1 && job_submit(&half);
+    for (int k = handed; k < np; k++) f(&parts[k]);
+    if (handed) job_wait(&half);
+    job_free(&half);
+}
+
+/* scan's answer for the parts read (with the GIL): (lines, newlines, raw). Gives back the parts'
+ * blocks, and takes `data` (held by the Lines answered, else released). */
+static PyObject *scan_answer(Part *parts, int np, Py_buffer *data, PyObject *node,
+                             PyTypeObject *line_type) {
+    PyObject *out = NULL, *lines = NULL, *empty = NULL, *last_pid = NULL;
+    Lines *l = NULL; /* every keyword line, decoded where it is of a usual shape */
+    long long last_pid_value = 0;
+    Py_ssize_t count = 0, newlines = 0, raw = 0, escaped = 0;
+    if ((empty = PyUnicode_New(0, 0)) == NULL) goto fail;
     for (int k = 0; k < np; k++) {
         if (parts[k].count < 0) {
             PyErr_NoMemory();
@@ -1076,8 +1138,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     if (raw == 0) { /* every line decoded (the usual case): the Lines, holding the bytes */
         if (count > 0) { /* the items point into the bytes: the Lines holds them */
-            l->view = data, l->has_view = 1;
-            data.obj = NULL, data.buf = NULL;
+            l->view = *data, l->has_view = 1;
+            data->obj = NULL, data->buf = NULL;
         }
         out = Py_BuildValue("(Nnn)", (PyObject *)l, newlines, (Py_ssize_t)0);
         l = NULL;
@@ -1113,11 +1175,321 @@ fail:
     Py_XDECREF(l);
     Py_XDECREF(empty);
     Py_XDECREF(last_pid);
+    for (int k = 0; k < np; k++) {
+        block_give(parts[k].items, parts[k].items_size);
+        parts[k].items = NULL;
+    }
+    if (data->obj != NULL) PyBuffer_Release(data);
+    return out;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    PyObject *keywords, *node, *since_arg, *max_arg, *out = NULL, *search = NULL;
+    long long since_us, max_line;
+    PyTypeObject *line_type;
+    Part parts[2];
+    int np = 0;
+    if (!PyArg_ParseTuple(args, "y*O!UOO!O:scan", &data, &PyTuple_Type, &keywords, &node,
+                          &since_arg, &PyType_Type, &line_type, &max_arg))
+        return NULL;
+    if (clamped(since_arg, "scan() since_us", LLONG_MIN, LLONG_MAX, &since_us) < 0 ||
+        clamped(max_arg, "scan() max_line", -1, PY_SSIZE_T_MAX, &max_line) < 0)
+        goto fail;
+    if (!is_plain_tuple_type((PyObject *)line_type)) {
+        PyErr_SetString(PyExc_TypeError, "scan() needs a NamedTuple type for its lines");
+        goto fail;
+    }
+    if ((search = search_of(keywords)) == NULL) goto fail;
+    const Search *t = PyCapsule_GetPointer(search, "smllm.search");
+    if (t == NULL) goto fail;
+    const char *buf = data.buf;
+    Py_ssize_t n = data.len;
+    /* the parts: two halves of a long chunk, the first ending at the newline after its middle */
+    const char *mid = n >= SCAN_SPLIT ? memchr(buf + n / 2, '\n', (size_t)(n - n / 2)) : NULL;
+    Py_ssize_t cut = mid == NULL ? n : mid - buf + 1;
+    for (Py_ssize_t from = 0; from < n || np == 0; from = cut, cut = n) {
+        Part *p = &parts[np++];
+        memset(p, 0, sizeof *p);
+        p->s = buf + from, p->n = cut - from, p->t = t;
+        p->max_line = max_line, p->since_us = since_us;
+        /* (room for a line in 200 bytes: more is grown into) */
+        p->items = block_take(((size_t)p->n / 200 + 16) * sizeof(Item), &p->items_size);
+        if (p->items == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    /* Nothing changes the buffer meanwhile: a bytes object cannot change, and a file source
+     * reuses its bytearray only once nothing holds it. So it is read in parallel. */
+    Py_BEGIN_ALLOW_THREADS
+    each_part(scan_part, parts, np);
+    Py_END_ALLOW_THREADS
+    out = scan_answer(parts, np, &data, node, line_type);
+    np = 0; /* (the answer gave back the parts' blocks, and took or released the bytes) */
+fail:
     Py_XDECREF(search);
     for (int k = 0; k < np; k++) block_give(parts[k].items, parts[k].items_size);
     if (data.obj != NULL) PyBuffer_Release(&data);
     return out;
 }
+
+/* ---- Reading: a file's next bytes, read and scanned in a thread of its own ---------------- */
+
+/* A Reading reads a regular file's next bytes into a buffer and scans their whole lines, in a
+ * thread that never takes the GIL, while its caller applies what the last one found; `result`
+ * answers as scan does. (In a thread that holds the GIL only to start it and to take its answer,
+ * a backlog's reading no longer waits for the GIL between its read and its scan.) */
+#define READING_TAIL_MOST 65536
+
+typedef struct {
+    PyObject_HEAD
+    Job job;     /* the reading, on a kept thread (see job_submit) */
+    int running; /* the job was handed over, and not yet waited for */
+    int answered; /* result() was called */
+    int fd;           /* its own (a duplicate of the caller's), closed once read: -1 then */
+    long long offset; /* where the bytes are read from */
+    Py_buffer data;   /* the buffer read into: held until the answer takes it */
+    char *tail;       /* the bytes expected right before offset (a copy), tail_n of them */
+    Py_ssize_t tail_n;
+    PyObject *search, *node, *line_type;
+    Part parts[2];      /* the whole lines read: in two halves when long (see SCAN_SPLIT) */
+    int np;             /* how many parts were read (0: none) */
+    Py_ssize_t cut;     /* the end of the last whole line read */
+    Py_ssize_t got;     /* bytes read */
+    int err;            /* the errno of a failed read, else 0 */
+    int moved;          /* the bytes before offset are not the tail: the file changed */
+    int nul;            /* a NUL among the bytes read: for the line layer to frame */
+    int split;          /* a long read may be scanned in two halves */
+} Reading;
+
+static PyTypeObject ReadingType;
+
+/* pread until `n` bytes or the end: how many, or -1 with errno. */
+static Py_ssize_t read_fully(int fd, char *buf, Py_ssize_t n, long long offset) {
+    Py_ssize_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, buf + got, (size_t)(n - got), (off_t)(offset + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) break;
+        got += k;
+    }
+    return got;
+}
+
+/* The thread: the tail checked, the bytes read (the descriptor's offset left after them, as a
+ * read leaves it), their whole lines scanned. Needs no GIL. */
+static void *reading_run(void *arg) {
+    Reading *r = arg;
+    if (r->tail_n > 0) {
+        char *now = PyMem_RawMalloc((size_t)r->tail_n);
+        Py_ssize_t k = now == NULL || r->offset < r->tail_n
+                           ? -2
+                           : read_fully(r->fd, now, r->tail_n, r->offset - r->tail_n);
+        if (k == -1) r->err = errno;
+        else if (now == NULL) r->err = ENOMEM;
+        else r->moved = k != r->tail_n || memcmp(now, r->tail, (size_t)r->tail_n) != 0;
+        PyMem_RawFree(now);
+        if (r->err || r->moved) return NULL;
+    }
+    char *buf = r->data.buf;
+    Py_ssize_t got = read_fully(r->fd, buf, r->data.len, r->offset);
+    if (got < 0) {
+        r->err = errno;
+        return NULL;
+    }
+    r->got = got;
+    (void)lseek(r->fd, (off_t)(r->offset + got), SEEK_SET);
+    if (memchr(buf, 0, (size_t)got) != NULL) {
+        r->nul = 1;
+        return NULL;
+    }
+    const char *last = got > 0 ? memrchr(buf, '\n', (size_t)got) : NULL;
+    if (last == NULL) return NULL;
+    Py_ssize_t cut = r->cut = last - buf + 1;
+    /* the parts: two halves of a long read, the first ending at the newline after its middle */
+    const char *mid =
+        r->split && cut >= SCAN_SPLIT ? memchr(buf + cut / 2, '\n', (size_t)(cut - cut / 2)) : NULL;
+    Py_ssize_t half = mid == NULL ? cut : mid - buf + 1;
+    r->parts[0].s = buf, r->parts[0].n = half;
+    r->parts[1].s = buf + half, r->parts[1].n = cut - half;
+    r->np = half < cut ? 2 : 1;
+    each_part(scan_part, r->parts, r->np);
+    return NULL;
+}
+
+/* The job: reading_run, then its own descriptor closed. */
+static void *reading_main(void *arg) {
+    Reading *r = arg;
+    reading_run(r);
+    close(r->fd);
+    r->fd = -1;
+    return NULL;
+}
+
+/* Waited for (the GIL given up meanwhile), if it runs: by whoever else waits for it too. */
+static void reading_join(Reading *r) {
+    if (!r->running) return;
+    Py_BEGIN_ALLOW_THREADS
+    job_wait(&r->job);
+    Py_END_ALLOW_THREADS
+    r->running = 0;
+}
+
+/* Its buffer and blocks let go (with the GIL). */
+static void reading_release(Reading *r) {
+    for (int k = 0; k < 2; k++) {
+        block_give(r->parts[k].items, r->parts[k].items_size);
+        r->parts[k].items = NULL;
+    }
+    if (r->data.obj != NULL) PyBuffer_Release(&r->data);
+}
+
+static void reading_dealloc(Reading *r) {
+    reading_join(r);
+    job_free(&r->job);
+    if (r->fd >= 0) close(r->fd);
+    reading_release(r);
+    PyMem_RawFree(r->tail);
+    Py_XDECREF(r->search), Py_XDECREF(r->node), Py_XDECREF(r->line_type);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyObject *read_ahead(PyObject *self, PyObject *args) {
+    int fd;
+    long long offset;
+    Py_buffer tail;
+    PyObject *keywords, *node, *since_arg, *max_arg;
+    PyTypeObject *line_type;
+    Reading *r = PyObject_New(Reading, &ReadingType);
+    if (r == NULL) return NULL;
+    job_init(&r->job, reading_main, r);
+    r->running = r->answered = 0, r->tail = NULL, r->tail_n = 0, r->fd = -1;
+    r->search = r->node = r->line_type = NULL;
+    r->data.obj = NULL;
+    memset(r->parts, 0, sizeof r->parts);
+    r->np = 0, r->cut = 0;
+    r->got = 0, r->err = 0, r->moved = 0, r->nul = 0;
+    r->split = 1;
+    if (!PyArg_ParseTuple(args, "iLw*y*O!UOO!O|p:read_ahead", &fd, &offset, &r->data, &tail,
+                          &PyTuple_Type, &keywords, &node, &since_arg, &PyType_Type, &line_type,
+                          &max_arg, &r->split))
+        goto fail_early;
+    r->tail_n = tail.len;
+    if (tail.len > READING_TAIL_MOST || offset < 0 || fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "read_ahead() needs fd >= 0, offset >= 0, a short tail");
+        PyBuffer_Release(&tail);
+        goto fail;
+    }
+    if (tail.len > 0 && (r->tail = PyMem_RawMalloc((size_t)tail.len)) == NULL) {
+        PyBuffer_Release(&tail);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (tail.len > 0) memcpy(r->tail, tail.buf, (size_t)tail.len);
+    PyBuffer_Release(&tail);
+    /* its own descriptor (the same open file, and offset): should the caller's be closed
+     * meanwhile, and its number reused, the thread still reads the file it was given */
+    if ((r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto fail;
+    }
+    r->offset = offset;
+    r->node = Py_NewRef(node), r->line_type = Py_NewRef((PyObject *)line_type);
+    long long since_us, max_line;
+    if (clamped(since_arg, "read_ahead() since_us", LLONG_MIN, LLONG_MAX, &since_us) < 0 ||
+        clamped(max_arg, "read_ahead() max_line", -1, PY_SSIZE_T_MAX, &max_line) < 0)
+        goto fail;
+    if (!is_plain_tuple_type((PyObject *)line_type)) {
+        PyErr_SetString(PyExc_TypeError, "read_ahead() needs a NamedTuple type for its lines");
+        goto fail;
+    }
+    if ((r->search = search_of(keywords)) == NULL) goto fail;
+    const Search *t = PyCapsule_GetPointer(r->search, "smllm.search");
+    if (t == NULL) goto fail;
+    for (int k = 0; k < 2; k++) { /* (room for a line in 200 bytes of a half: more is grown into) */
+        Part *p = &r->parts[k];
+        p->t = t, p->since_us = since_us, p->max_line = max_line;
+        p->items = block_take(((size_t)r->data.len / 400 + 16) * sizeof(Item), &p->items_size);
+        if (p->items == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    /* Nothing reads or changes the buffer meanwhile: the caller holds it for the answer. */
+    if (job_submit(&r->job)) {
+        r->running = 1;
+    } else { /* no thread to be had: read here and now */
+        Py_BEGIN_ALLOW_THREADS
+        reading_main(r);
+        Py_END_ALLOW_THREADS
+    }
+    return (PyObject *)r;
+fail_early:
+    r->data.obj = NULL;
+fail:
+    Py_DECREF(r);
+    return NULL;
+}
+
+static PyObject *reading_result(Reading *r, PyObject *unused) {
+    reading_join(r);
+    if (r->answered) {
+        PyErr_SetString(PyExc_RuntimeError, "a Reading answers once");
+        return NULL;
+    }
+    r->answered = 1;
+    PyObject *out = NULL;
+    if (r->err) {
+        errno = r->err;
+        PyErr_SetFromErrno(PyExc_OSError);
+    } else if (r->parts[0].count < 0 || (r->np > 1 && r->parts[1].count < 0)) {
+        PyErr_NoMemory();
+    } else if (r->moved || r->nul || r->np == 0) {
+        out = Py_BuildValue("(nnOnn)", r->moved ? (Py_ssize_t)-1 : r->got, (Py_ssize_t)0, Py_None,
+                            (Py_ssize_t)0, (Py_ssize_t)0);
+    } else {
+        Py_ssize_t cut = r->cut;
+        PyObject *found =
+            scan_answer(r->parts, r->np, &r->data, r->node, (PyTypeObject *)r->line_type);
+        if (found != NULL) {
+            PyObject *lines, *newlines, *raw;
+            if (PyArg_ParseTuple(found, "OOO", &lines, &newlines, &raw))
+                out = Py_BuildValue("(nnOOO)", r->got, cut, lines, newlines, raw);
+            Py_DECREF(found);
+        }
+    }
+    reading_release(r);
+    return out;
+}
+
+static PyObject *reading_wait(Reading *r, PyObject *unused) {
+    reading_join(r);
+    Py_ssize_t got = r->err ? 0 : r->moved ? -1 : r->got;
+    return Py_BuildValue("(nn)", got, r->err || r->nul ? (Py_ssize_t)0 : r->cut);
+}
+
+static PyMethodDef reading_methods[] = {
+    {"wait", (PyCFunction)reading_wait, METH_NOARGS,
+     "wait() -> (got, cut): waits for the thread (done with the file and the buffer); got\n"
+     "and cut as result() answers them (0, 0 when the read failed)."},
+    {"result", (PyCFunction)reading_result, METH_NOARGS,
+     "result() -> (got, cut, lines, newlines, raw): waits for the thread; the bytes read (-1\n"
+     "when the bytes before the offset were not the tail given), the end of their last whole\n"
+     "line, and scan's answer for the bytes before it; (got, 0, None, 0, 0) when they hold a\n"
+     "NUL or no whole line. OSError when the read failed. Once only."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ReadingType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "exporter.compiled._speedups.Reading",
+    .tp_basicsize = sizeof(Reading),
+    .tp_dealloc = (destructor)reading_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A file's next bytes, read and scanned in a thread (see read_ahead).",
+    .tp_methods = reading_methods,
+};
 
 /* ---- tokenize: era C/D slot lines --------------------------------------------------------- */
 
@@ -1846,6 +2218,12 @@ static PyMethodDef methods[] = {
      "message) when it is a plain short-iso-precise line or a usual journal JSON entry of at\n"
      "most max_line bytes (left out when older than since_us), else its bytes; and how many\n"
      "newlines data holds, and how many of the lines are bytes."},
+    {"read_ahead", read_ahead, METH_VARARGS,
+     "read_ahead(fd, offset, buffer, tail, keywords, node, since_us, line_type, max_line,\n"
+     "split=True) -> Reading: len(buffer) bytes of the regular file fd from offset read into\n"
+     "buffer, and their whole lines scanned as scan does (in two halves when long, if split),\n"
+     "on a kept thread (after checking that the bytes right before offset are tail); its\n"
+     "result() answers. The caller leaves buffer alone until then."},
     {"feed", feed, METH_VARARGS,
      "feed(parser, lines, start, out, types, max_started) -> index: Parser.feed_all on\n"
      "lines[start:] for as long as they are common era C/D slot lines of the parser's server\n"
@@ -1875,10 +2253,11 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     init_json_stop();
     for (int k = 0; k < TOKEN_KINDS_N; k++)
         if ((kinds[k] = PyLong_FromLong(k)) == NULL) return NULL;
-    if (PyType_Ready(&LinesType) < 0) return NULL;
+    if (PyType_Ready(&LinesType) < 0 || PyType_Ready(&ReadingType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Lines", (PyObject *)&LinesType) < 0) {
+    if (PyModule_AddObjectRef(m, "Lines", (PyObject *)&LinesType) < 0 ||
+        PyModule_AddObjectRef(m, "Reading", (PyObject *)&ReadingType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

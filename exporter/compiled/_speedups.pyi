@@ -31,6 +31,26 @@ def scan(
     max_line: int,
     /,
 ) -> tuple[Lines | list[bytes | LogLine], int, int]: ...
+
+class Reading:
+    """A file's next bytes, read and scanned in a thread of their own (see read_ahead)."""
+
+    def result(self) -> tuple[int, int, Lines | list[bytes | LogLine] | None, int, int]: ...
+    def wait(self) -> tuple[int, int]: ...
+
+def read_ahead(
+    fd: int,
+    offset: int,
+    buffer: bytearray,
+    tail: bytes,
+    keywords: tuple[bytes, ...],
+    node: str,
+    since_us: int,
+    line_type: type[LogLine],
+    max_line: int,
+    split: bool = True,
+    /,
+) -> Reading: ...
 def join(parts: Sequence[Sequence[LogLine]], /) -> Sequence[LogLine]: ...
 def tokenize(msg: str, /) -> tuple[int, int | None, int | None, int | None, int | None] | None: ...
 def feed(

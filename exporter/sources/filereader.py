@@ -35,18 +35,12 @@ from typing import Any, BinaryIO, TypeVar, cast
 from exporter.base.records import Batch
 from exporter.sources.base import Progress, SourceError
 from exporter.sources.file import FileNode, FilePosition
-from exporter.sources.lines import Chunk, LineReader
+from exporter.sources.lines import Ahead, Chunk, Found, LineReader
 from exporter.sources.pool import FILES
+from exporter.sources.readahead import BACKLOG_READS, CHUNK, READ_SIZE, Buffers, DumpReads
 
 log = logging.getLogger(__name__)
 
-CHUNK = 1 << 20
-BACKLOG_READS = 4  # chunks read at once while a backlog is read
-# Buffers a file's reads go into, reused while a backlog is read: a Batch holds its buffer
-# until its lines are applied, so a few are in use at once. Fresh memory for every read
-# instead faulted each page in zeroed: a tenth of the reading path on JSON dumps. Dropped once
-# the file is read to its end.
-READ_BUFFERS = 4
 # Steps queued ahead while a backlog is read, when the ingest loop has nothing else queued:
 # the thread reads the next chunk while the loop applies the last, instead of waiting for the
 # loop to ask. Only into an empty queue: a fleet's backlogs hold no more batches than before.
@@ -100,9 +94,10 @@ class FileSource:
         # the file last left for another at the path, where it was left and the bytes before
         self._left: tuple[FilePosition, bytes] | None = None
         self._backlog = False
-        self._buffers: list[bytearray] = []  # (see READ_BUFFERS)
+        self._buffers = Buffers()
         self._lock = threading.Lock()
         self._gap = False  # the saved position could not be resumed: say so in the next batch
+        self._ahead: Ahead | None = None  # the backlog's next read, under way (see `_read_on`)
 
     async def run(self, out: asyncio.Queue[Batch]) -> None:
         worker = FILES.serial(f"file source {self.node}")
@@ -143,6 +138,9 @@ class FileSource:
     def close(self) -> None:
         """Close the file followed, if one is open (blocking: run it in a thread)."""
         with self._lock:
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:  # (its thread reads the file: it is done first)
+                ahead.reading.wait()
             if self._file is not None:
                 self._file.close()
 
@@ -152,9 +150,14 @@ class FileSource:
             why = self._open()
             if why:
                 return self._not_followed(why)
-        # a backlog (the last read was full) in larger reads: fewer hand-overs to the loop
-        size = self.chunk * BACKLOG_READS if self._backlog else self.chunk
-        data = self._read(size)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            size = len(ahead.buffer)
+            data, scanned = self._took(ahead)
+        else:
+            # a backlog (the last read was full) in larger reads: fewer hand-overs to the loop
+            size = self.chunk * BACKLOG_READS if self._backlog else self.chunk
+            data, scanned = self._read(size), None
         self._backlog = len(data) >= self.chunk
         # a short read reached the end; after a full one, only a size shows it (asked only when
         # the read ends in a NUL: the backlog's reads skip the call, and the read that ends
@@ -167,10 +170,58 @@ class FileSource:
             self._tail = (self._tail + data[-FINGERPRINT:])[-FINGERPRINT:]
         if not data:
             return self._at_end()
-        chunk = self._reader.feed(data)
+        if scanned is None or ahead is None:
+            chunk = self._reader.feed(data)
+        else:
+            chunk = self._reader.take(ahead, *scanned, carry=self._ahead is None)
         # a FIFO is read to its end when a read did not fill the buffer: it has no size
         self._said_caught_up = len(data) < size if self._stream else at_end
-        return self._batch(chunk, self._said_caught_up)
+        batch = self._batch(chunk, self._said_caught_up)
+        if self._backlog and not at_end and not self._stream and self._ahead is None:
+            self._read_on()
+        return batch
+
+    def _read_on(self) -> None:
+        """A backlog's next read, read and scanned in a thread of its own (compiled) while the
+        batch just read is applied: taken by the next step."""
+        assert self._file is not None
+        buffer = self._buffers.take(self.chunk * BACKLOG_READS)
+        self._ahead = self._reader.read_ahead(self._file.fileno(), self._at, buffer, self._tail)
+
+    def _took(self, ahead: Ahead) -> tuple[bytes | bytearray, tuple[int, int, Found] | None]:
+        """What the read under way read, and what it scanned (None when the line layer is to
+        frame the bytes: they hold a NUL or no whole line). The bytes before it changed: the
+        file is read again from its start, as `_read` does."""
+        assert self._file is not None
+        self._at, self._tail = ahead.offset, ahead.tail
+        size = len(ahead.buffer)
+        self._read_on_from(ahead, *ahead.reading.wait())
+        try:
+            got, cut, lines, newlines, raw = ahead.reading.result()
+        except OSError:  # (as a read's; should the source go on, it reads from there again)
+            self._seek(self._at)
+            raise
+        if got < 0:
+            shorter = os.fstat(self._file.fileno()).st_size < self._at
+            self._restart("was truncated" if shorter else "was rewritten in place")
+            return self._read(size), None
+        self._at += got
+        data = ahead.buffer if got == size else bytes(memoryview(ahead.buffer)[:got])
+        return data, None if lines is None else (got, cut, (lines, newlines, raw))
+
+    def _read_on_from(self, ahead: Ahead, got: int, cut: int) -> None:
+        """The read after `ahead` (done, its answer not yet taken) started from the end of its
+        last whole line, when it filled its buffer: the next bytes are read while this answer
+        is made and applied. (Its partial line is read again, not carried.)"""
+        assert self._file is not None
+        size = len(ahead.buffer)
+        if got != size or not cut or 2 * (got - cut) > size:
+            return
+        before = memoryview(ahead.buffer)[max(0, cut - FINGERPRINT) : cut].tobytes()
+        tail = (ahead.tail + before)[-FINGERPRINT:] if cut < FINGERPRINT else before
+        buffer = self._buffers.take(self.chunk * BACKLOG_READS)
+        offset = ahead.offset + cut
+        self._ahead = self._reader.read_ahead(self._file.fileno(), offset, buffer, tail)
 
     def _held_back(self, data: bytes | bytearray) -> bytes | bytearray:
         """`data` but the NULs that end the file: not read yet (a gap its writer has yet to
@@ -197,30 +248,13 @@ class FileSource:
         if self._tail and self._pread(len(self._tail), self._at - len(self._tail)) != self._tail:
             shorter = os.fstat(fd).st_size < self._at
             self._restart("was truncated" if shorter else "was rewritten in place")
-        kept = self._buffer(size)
-        buf = kept if kept is not None else bytearray(size)
+        buf = self._buffers.take(size)
         n = os.readv(fd, [buf])
         self._at += n
         if n == size:
             return buf
-        if kept is not None:
-            self._buffers.clear()  # (read to the end: no backlog to read into them)
+        self._buffers.clear()  # (read to the end: no backlog to read into them)
         return bytes(memoryview(buf)[:n])
-
-    def _buffer(self, size: int) -> bytearray | None:
-        """A buffer of `size` bytes that nothing holds any more (no Lines views it, no Batch
-        or chunk refers to it), or None when READ_BUFFERS are in use."""
-        for buf in self._buffers:
-            # held by the list, by `buf` and by getrefcount's argument, and by nothing else
-            if sys.getrefcount(buf) == 3:
-                if len(buf) == size:
-                    return buf
-                self._buffers.remove(buf)  # (free, but of the size of another read: its slot)
-                break
-        if len(self._buffers) >= READ_BUFFERS:
-            return None
-        self._buffers.append(bytearray(size))
-        return self._buffers[-1]
 
     def _not_followed(self, why: str) -> Batch | None:
         """The path holds no file to follow: said once (until it changes), then polled."""
@@ -399,6 +433,7 @@ async def window(
     f = await asyncio.to_thread(_open_dump, name, path)
     reader = LineReader(name, since_us=since_us, where="<stdin>" if path == STDIN else str(path))
     regular = path != STDIN and path.is_file() and not isinstance(f, gzip.GzipFile)
+    reads = DumpReads(f.fileno(), reader, name, path) if regular else None
 
     def next_chunk() -> tuple[Chunk, bool]:
         data = _read(f, name, path)
@@ -406,11 +441,13 @@ async def window(
 
     try:
         while True:
-            chunk, more = next_chunk() if regular else await asyncio.to_thread(next_chunk)
+            chunk, more = reads.next() if reads is not None else await asyncio.to_thread(next_chunk)
             yield chunk.batch(name, caught_up=not more)
             if not more or (chunk.newest_us is not None and chunk.newest_us > until_us):
                 return
     finally:
+        if reads is not None:
+            reads.close()  # (before the file: a read may be under way)
         if path != STDIN:
             f.close()
 
@@ -438,8 +475,8 @@ def _open_dump(node: str, path: Path) -> BinaryIO:
 
 
 def _read(f: BinaryIO, node: str, path: Path) -> bytes:
-    """The next chunk of a window's dump: a backlog's size (a window is all backlog)."""
+    """The next chunk of a window's stream: a backlog's size (a window is all backlog)."""
     try:
-        return f.read(CHUNK * BACKLOG_READS)
+        return f.read(READ_SIZE)
     except (OSError, EOFError, gzip.BadGzipFile) as e:  # (EOFError: a gzip stream cut short)
         raise SourceError(f"node {node}: cannot read {path}: {e}") from None

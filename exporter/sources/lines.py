@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import TYPE_CHECKING
 
 from exporter.base.records import Batch, LogLine
 from exporter.compiled.switch import speedups
@@ -34,8 +35,19 @@ MAX_LINE = 1 << 20
 KEYWORDS = (*PARSER_KEYWORDS, b'"MESSAGE":[', b'"MESSAGE": [', b'"MESSAGE" : [')
 _LONGEST = max(map(len, KEYWORDS))
 _ERRORS_KEPT = 100  # error texts kept per chunk (all are counted)
+# A read ahead is scanned in two halves (two threads) when the lines it finds are sparse, more
+# than SPARSE_BYTES of the stream a line, as the last chunk's were (journal JSON: about 1 KB a
+# line): then finding them takes longer than using them. Dense lines (short-iso-precise, about
+# 170 bytes) are used about as fast as they are found, on the other core: a third thread there
+# only took turns with the two.
+SPARSE_BYTES = 400
 NUL = b"\0"
 NEWLINE = b"\n"
+# what `_scan` answers: the keyword lines, the newlines, how many of the lines are left raw
+Found = tuple[Sequence[bytes | LogLine], int, int]
+
+if TYPE_CHECKING:
+    from exporter.compiled._speedups import Reading
 
 
 def find_lines(data: bytes) -> list[bytes]:
@@ -59,16 +71,12 @@ def find_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def _scan(
-    data: bytes | bytearray | memoryview, node: str, since_us: int, max_line: int
-) -> tuple[Sequence[bytes | LogLine], int, int]:
+def _scan(data: bytes | bytearray | memoryview, node: str, since_us: int, max_line: int) -> Found:
     """The keyword lines of `data` (whole lines), the newlines in it and how many of the lines
     are left raw: compiled, each line of a usual shape comes decoded (dropped when older than
     `since_us`), all of them as one `Lines` when none is left raw; pure, all raw."""
     if speedups is not None:
-        found: tuple[Sequence[bytes | LogLine], int, int] = speedups.scan(
-            data, KEYWORDS, node, since_us, LogLine, max_line
-        )
+        found: Found = speedups.scan(data, KEYWORDS, node, since_us, LogLine, max_line)
         return found
     if not isinstance(data, bytes):
         data = bytes(data)
@@ -127,6 +135,16 @@ class Chunk:
         )
 
 
+class Ahead:
+    """A read under way (`LineReader.read_ahead`): into `buffer`, from `offset` of the file,
+    whose bytes before it were `tail`."""
+
+    __slots__ = ("buffer", "offset", "reading", "tail")
+
+    def __init__(self, reading: Reading, buffer: bytearray, offset: int, tail: bytes) -> None:
+        self.reading, self.buffer, self.offset, self.tail = reading, buffer, offset, tail
+
+
 class LineReader:
     """One node's byte stream, framed and decoded; see the module docstring. `where` names the
     stream in errors (a file name, `ssh host`); `lineno` is the lines read so far (so an error
@@ -155,6 +173,7 @@ class LineReader:
         self._skipped_tail = b""  # its last bytes, for a keyword across two reads
         self._skip_bytes = 0  # its length so far
         self._found = 0
+        self._sparse = True  # were the last chunk's lines sparse (see SPARSE_BYTES)?
 
     def feed(self, data: bytes | bytearray) -> Chunk:
         """The next bytes of the stream (a bytearray is read as it is, never kept: the Lines
@@ -192,6 +211,47 @@ class LineReader:
             self._start_skip(chunk)
         return chunk
 
+    def read_ahead(self, fd: int, end: int, buffer: bytearray, tail: bytes) -> Ahead | None:
+        """The bytes of the regular file `fd` after `end` (where the bytes fed so far end;
+        `tail`: the bytes before it, as they were) read into `buffer` and their whole lines
+        scanned, in a thread of the compiled module's own that needs no interpreter lock; the
+        partial line carried is read again with them (dropped here). `take` makes its answer a
+        Chunk. None without the compiled module, while a long line is skipped, or when the
+        partial line is as long as `tail` (the bytes before it would not be checked) or half
+        the buffer (read again, it would leave too little room for new bytes)."""
+        back = len(self._partial)
+        if speedups is None or self._skipping or (tail and back >= len(tail)):
+            return None
+        if 2 * back > len(buffer):
+            return None
+        offset, before = end - back, tail[: len(tail) - back]
+        reading: Reading = speedups.read_ahead(
+            fd,
+            offset,
+            buffer,
+            before,
+            KEYWORDS,
+            self.node,
+            self.since_us,
+            LogLine,
+            self.max_line,
+            self._sparse,
+        )
+        self._partial = b""
+        return Ahead(reading, buffer, offset, before)
+
+    def take(self, ahead: Ahead, got: int, cut: int, found: Found, *, carry: bool = True) -> Chunk:
+        """What `feed(ahead.buffer[:got])` finds, from the whole lines a Reading scanned
+        (`found`: its answer, as `_scan`'s) before `cut`; the partial line after them carried,
+        unless the next read (`read_ahead` from `cut`, before this) reads it again."""
+        chunk = Chunk()
+        self._scanned(ahead.buffer, 0, cut, chunk, ahead.buffer, found)
+        if carry:
+            self._partial = bytes(memoryview(ahead.buffer)[cut:got])
+            if len(self._partial) > self.max_line:
+                self._start_skip(chunk)
+        return chunk
+
     def end(self) -> Chunk:
         """The end of the stream: its last line, if no newline ended it."""
         chunk = Chunk()
@@ -209,6 +269,20 @@ class LineReader:
         before NULs became line ends (`data` itself when there were none)."""
         view = data if start == 0 and end == len(data) else memoryview(data)[start:end]
         items, entries, n_raw = _scan(view, self.node, self.since_us, self.max_line)
+        self._scanned(data, start, end, chunk, raw, (items, entries, n_raw))
+
+    def _scanned(
+        self,
+        data: bytes | bytearray,
+        start: int,
+        end: int,
+        chunk: Chunk,
+        raw: bytes | bytearray,
+        found: Found,
+    ) -> None:
+        """What `_decode` found in data[start:end] (`found`: as `_scan` answers) into `chunk`."""
+        items, entries, n_raw = found
+        self._sparse = end - start > SPARSE_BYTES * max(1, len(items))
         if raw is not data:  # entries and line numbers count newlines, not NULs
             entries = raw.count(NEWLINE, start, end)
         if not n_raw:  # all decoded already (compiled, on the usual shapes)
@@ -217,7 +291,7 @@ class LineReader:
         else:
             lines: list[LogLine] = []
             chunk.parts.append(lines)
-            whole = bytes(view)  # (only where some line is left to decode here: rare)
+            whole = bytes(memoryview(data)[start:end])  # (only where a line is left raw: rare)
             lines_of = whole if raw is data else raw[start:end]
             since_us, decode = self.since_us, self.decoder.decode
             self._found = 0  # where in `whole` the error search goes on

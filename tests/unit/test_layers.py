@@ -70,6 +70,7 @@ LEVELS: list[set[str]] = [
     {"exporter.config.load", "exporter.config.changes", "exporter.config.reference"},
     {"exporter.sources.entries"},
     {"exporter.sources.lines", "exporter.sources.parsedonce", "exporter.sources.pool"},
+    {"exporter.sources.readahead"},
     {
         "exporter.sources.filereader",
         "exporter.sources.journalreader",

@@ -19,12 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.base.records import Batch, Event, EventKind, Interval, LogLine, Record
+from exporter.compiled.switch import speedups
 from exporter.parse.parser import Parser
 from exporter.parse.tokens import KEYWORDS, classify
 from exporter.sources.entries import EntryDecoder
 from exporter.sources.file import FilePosition
-from exporter.sources.filereader import BACKLOG_READS, CHUNK, READ_AHEAD, FileSource
+from exporter.sources.filereader import READ_AHEAD, FileSource
 from exporter.sources.lines import find_lines
+from exporter.sources.readahead import BACKLOG_READS, CHUNK
 
 from support.fifos import fifo_writer, unblock
 from support.tools import deadline, examples, wait_for
@@ -731,6 +733,74 @@ def test_the_descriptors_offset_is_where_the_reading_is(tmp_path: Path) -> None:
     batch = step(src)
     assert messages([batch]) == [LAUNCH.format(t=1), LAUNCH.format(t=0)]
     assert offset() == len(more + line)
+
+
+def wait_for_the_read_ahead(src: FileSource) -> None:
+    """Compiled, a backlog's next read is under way in a thread after a step: waited for, so
+    that what a test does to the file next comes after it (pure Python reads in the step)."""
+    if src._ahead is not None:
+        src._ahead.reading.wait()
+
+
+def test_a_backlogs_next_read_is_under_way_after_a_step_where_compiled(tmp_path: Path) -> None:
+    path = tmp_path / "node0.log"
+    want = backlog(path, 200)
+    src = FileSource("node0", path, since_us=0, chunk=1024)
+    first = step(src)
+    assert (src._ahead is not None) == (speedups is not None)
+    assert messages([first, *drain(src)]) == want
+
+
+@pytest.mark.parametrize("change", ["rewritten", "truncated"])
+def test_a_backlog_changed_in_place_while_read_ahead_is_read_again_from_its_start(
+    tmp_path: Path, change: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The next read checks the bytes before it, as every read does: a backlog rewritten in
+    place (or truncated and written again) after a read ahead is read again from its start;
+    what was read before the change stays as it was read, nothing of it glued to the new."""
+    path = tmp_path / "node0.log"
+    old = backlog(path, 300)
+    src = FileSource("node0", path, since_us=0, chunk=1024)
+    first = messages([step(src)])
+    wait_for_the_read_ahead(src)
+    lines = 300 if change == "rewritten" else 5  # (shorter than the first read)
+    new = [LAUNCH.format(t=1000 + i) for i in range(lines)]
+    data = lines_of(*(render("short", T0 + (1000 + i) * MS, m) for i, m in enumerate(new)))
+    if change == "rewritten":
+        with path.open("r+b") as f:  # (the same inode, as long or longer, other bytes)
+            f.write(data)
+    else:
+        path.write_bytes(data)
+    got = first + messages(drain(src))
+    kept = len(got) - len(new)
+    assert kept >= len(first) and got == old[:kept] + new
+    assert f"was {change}" in caplog.text
+
+
+def test_nuls_inside_a_backlog_read_ahead_end_lines_as_in_one_read(tmp_path: Path) -> None:
+    """A read ahead that holds a NUL is framed by the line layer: the same lines, entries and
+    positions as one read of the whole file, and the descriptor left at its end."""
+    path = tmp_path / "node0.log"
+    lines = [render("short", T0 + i * MS, LAUNCH.format(t=i)) for i in range(300)]
+    path.write_bytes(lines_of(*lines[:150]) + b"\0" * 5 + lines_of(*lines[150:]))
+    whole = drain(FileSource("node0", path, since_us=0))
+    src = FileSource("node0", path, since_us=0, chunk=1024)
+    small = drain(src)
+    assert len(whole) == 1 and len(small) > 2
+    assert messages(small) == messages(whole) == [LAUNCH.format(t=i) for i in range(300)]
+    assert sum(b.entries for b in small) == whole[0].entries == 300
+    assert small[-1].position == whole[0].position == position(path)
+    assert src._file is not None
+    assert os.lseek(src._file.fileno(), 0, os.SEEK_CUR) == os.path.getsize(path)
+
+
+def test_a_source_closed_with_a_read_under_way_closes_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "node0.log"
+    backlog(path, 300)
+    src = FileSource("node0", path, since_us=0, chunk=1024)
+    step(src)
+    src.close()
+    assert src.closed and src._ahead is None
 
 
 class CountingSource(FileSource):
