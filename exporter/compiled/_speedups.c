@@ -984,12 +984,39 @@ static int clamped(PyObject *v, const char *what, long long lo, long long hi, lo
     return 0;
 }
 
+/* The arguments scan and read_ahead (`fn`) share, checked: since_us and max_line clamped, the
+ * lines' type a NamedTuple, and the keywords' search tables (a new reference in *search, its
+ * tables in *t). 0, or -1 with an error set. */
+static int scan_args(const char *fn, PyObject *since_arg, PyObject *max_arg,
+                     PyTypeObject *line_type, PyObject *keywords, long long *since_us,
+                     long long *max_line, PyObject **search, const Search **t) {
+    char what[64];
+    PyOS_snprintf(what, sizeof what, "%s() since_us", fn);
+    if (clamped(since_arg, what, LLONG_MIN, LLONG_MAX, since_us) < 0) return -1;
+    PyOS_snprintf(what, sizeof what, "%s() max_line", fn);
+    if (clamped(max_arg, what, -1, PY_SSIZE_T_MAX, max_line) < 0) return -1;
+    if (!is_plain_tuple_type((PyObject *)line_type)) {
+        PyErr_Format(PyExc_TypeError, "%s() needs a NamedTuple type for its lines", fn);
+        return -1;
+    }
+    if ((*search = search_of(keywords)) == NULL) return -1;
+    *t = PyCapsule_GetPointer(*search, "smllm.search");
+    return *t == NULL ? -1 : 0;
+}
+
 /* A chunk this long (512 KiB) or longer is read in two threads, each half on its own (cut at a
  * line end): a backlog is read about twice as fast where a core is free. (A build for a test may
  * set it lower, -DSCAN_SPLIT=2, so that nearly every chunk is split.) */
 #ifndef SCAN_SPLIT
 #define SCAN_SPLIT ((Py_ssize_t)512 << 10)
 #endif
+
+/* Where the first of a chunk's two halves ends: at the newline after its middle, when the chunk
+ * is long enough to split (n when not, or when no newline follows the middle). */
+static Py_ssize_t first_half(const char *buf, Py_ssize_t n) {
+    const char *mid = n >= SCAN_SPLIT ? memchr(buf + n / 2, '\n', (size_t)(n - n / 2)) : NULL;
+    return mid == NULL ? n : mid - buf + 1;
+}
 
 /* ---- workers: threads kept for the reads ahead and the halves of long chunks --------------- */
 
@@ -1193,21 +1220,12 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*O!UOO!O:scan", &data, &PyTuple_Type, &keywords, &node,
                           &since_arg, &PyType_Type, &line_type, &max_arg))
         return NULL;
-    if (clamped(since_arg, "scan() since_us", LLONG_MIN, LLONG_MAX, &since_us) < 0 ||
-        clamped(max_arg, "scan() max_line", -1, PY_SSIZE_T_MAX, &max_line) < 0)
+    const Search *t;
+    if (scan_args("scan", since_arg, max_arg, line_type, keywords, &since_us, &max_line, &search,
+                  &t) < 0)
         goto fail;
-    if (!is_plain_tuple_type((PyObject *)line_type)) {
-        PyErr_SetString(PyExc_TypeError, "scan() needs a NamedTuple type for its lines");
-        goto fail;
-    }
-    if ((search = search_of(keywords)) == NULL) goto fail;
-    const Search *t = PyCapsule_GetPointer(search, "smllm.search");
-    if (t == NULL) goto fail;
     const char *buf = data.buf;
-    Py_ssize_t n = data.len;
-    /* the parts: two halves of a long chunk, the first ending at the newline after its middle */
-    const char *mid = n >= SCAN_SPLIT ? memchr(buf + n / 2, '\n', (size_t)(n - n / 2)) : NULL;
-    Py_ssize_t cut = mid == NULL ? n : mid - buf + 1;
+    Py_ssize_t n = data.len, cut = first_half(buf, n); /* (the parts: one, or two halves) */
     for (Py_ssize_t from = 0; from < n || np == 0; from = cut, cut = n) {
         Part *p = &parts[np++];
         memset(p, 0, sizeof *p);
@@ -1308,10 +1326,7 @@ static void *reading_run(void *arg) {
     const char *last = got > 0 ? memrchr(buf, '\n', (size_t)got) : NULL;
     if (last == NULL) return NULL;
     Py_ssize_t cut = r->cut = last - buf + 1;
-    /* the parts: two halves of a long read, the first ending at the newline after its middle */
-    const char *mid =
-        r->split && cut >= SCAN_SPLIT ? memchr(buf + cut / 2, '\n', (size_t)(cut - cut / 2)) : NULL;
-    Py_ssize_t half = mid == NULL ? cut : mid - buf + 1;
+    Py_ssize_t half = r->split ? first_half(buf, cut) : cut; /* (the parts: one, or two halves) */
     r->parts[0].s = buf, r->parts[0].n = half;
     r->parts[1].s = buf + half, r->parts[1].n = cut - half;
     r->np = half < cut ? 2 : 1;
@@ -1398,16 +1413,10 @@ static PyObject *read_ahead(PyObject *self, PyObject *args) {
     r->offset = offset;
     r->node = Py_NewRef(node), r->line_type = Py_NewRef((PyObject *)line_type);
     long long since_us, max_line;
-    if (clamped(since_arg, "read_ahead() since_us", LLONG_MIN, LLONG_MAX, &since_us) < 0 ||
-        clamped(max_arg, "read_ahead() max_line", -1, PY_SSIZE_T_MAX, &max_line) < 0)
+    const Search *t;
+    if (scan_args("read_ahead", since_arg, max_arg, line_type, keywords, &since_us, &max_line,
+                  &r->search, &t) < 0)
         goto fail;
-    if (!is_plain_tuple_type((PyObject *)line_type)) {
-        PyErr_SetString(PyExc_TypeError, "read_ahead() needs a NamedTuple type for its lines");
-        goto fail;
-    }
-    if ((r->search = search_of(keywords)) == NULL) goto fail;
-    const Search *t = PyCapsule_GetPointer(r->search, "smllm.search");
-    if (t == NULL) goto fail;
     for (int k = 0; k < 2; k++) { /* (room for a line in 200 bytes of a half: more is grown into) */
         Part *p = &r->parts[k];
         p->t = t, p->since_us = since_us, p->max_line = max_line;

@@ -173,7 +173,7 @@ class FileSource:
         if scanned is None or ahead is None:
             chunk = self._reader.feed(data)
         else:
-            chunk = self._reader.take(ahead, *scanned, carry=self._ahead is None)
+            chunk = self._reader.take(ahead, *scanned)
         # a FIFO is read to its end when a read did not fill the buffer: it has no size
         self._said_caught_up = len(data) < size if self._stream else at_end
         batch = self._batch(chunk, self._said_caught_up)
@@ -195,7 +195,8 @@ class FileSource:
         assert self._file is not None
         self._at, self._tail = ahead.offset, ahead.tail
         size = len(ahead.buffer)
-        self._read_on_from(ahead, *ahead.reading.wait())
+        buffer = self._buffers.take(self.chunk * BACKLOG_READS)
+        self._ahead = self._reader.read_on(self._file.fileno(), ahead, buffer, FINGERPRINT)
         try:
             got, cut, lines, newlines, raw = ahead.reading.result()
         except OSError:  # (as a read's; should the source go on, it reads from there again)
@@ -208,20 +209,6 @@ class FileSource:
         self._at += got
         data = ahead.buffer if got == size else bytes(memoryview(ahead.buffer)[:got])
         return data, None if lines is None else (got, cut, (lines, newlines, raw))
-
-    def _read_on_from(self, ahead: Ahead, got: int, cut: int) -> None:
-        """The read after `ahead` (done, its answer not yet taken) started from the end of its
-        last whole line, when it filled its buffer: the next bytes are read while this answer
-        is made and applied. (Its partial line is read again, not carried.)"""
-        assert self._file is not None
-        size = len(ahead.buffer)
-        if got != size or not cut or 2 * (got - cut) > size:
-            return
-        before = memoryview(ahead.buffer)[max(0, cut - FINGERPRINT) : cut].tobytes()
-        tail = (ahead.tail + before)[-FINGERPRINT:] if cut < FINGERPRINT else before
-        buffer = self._buffers.take(self.chunk * BACKLOG_READS)
-        offset = ahead.offset + cut
-        self._ahead = self._reader.read_ahead(self._file.fileno(), offset, buffer, tail)
 
     def _held_back(self, data: bytes | bytearray) -> bytes | bytearray:
         """`data` but the NULs that end the file: not read yet (a gap its writer has yet to

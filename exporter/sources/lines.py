@@ -139,10 +139,11 @@ class Ahead:
     """A read under way (`LineReader.read_ahead`): into `buffer`, from `offset` of the file,
     whose bytes before it were `tail`."""
 
-    __slots__ = ("buffer", "offset", "reading", "tail")
+    __slots__ = ("buffer", "followed", "offset", "reading", "tail")
 
     def __init__(self, reading: Reading, buffer: bytearray, offset: int, tail: bytes) -> None:
         self.reading, self.buffer, self.offset, self.tail = reading, buffer, offset, tail
+        self.followed = False  # the next read started from the end of its last whole line
 
 
 class LineReader:
@@ -240,13 +241,28 @@ class LineReader:
         self._partial = b""
         return Ahead(reading, buffer, offset, before)
 
-    def take(self, ahead: Ahead, got: int, cut: int, found: Found, *, carry: bool = True) -> Chunk:
+    def read_on(self, fd: int, ahead: Ahead, buffer: bytearray, tail_size: int) -> Ahead | None:
+        """The read after `ahead`, started once `ahead` is done and before its answer is
+        taken, from the end of the last whole line it read: its answer is made and applied
+        while the next bytes are read, and the partial line after its lines is read again, not
+        carried. It checks the `tail_size` bytes before its offset. None when `ahead` did not
+        fill its buffer with whole lines (or the partial line after them took half of it)."""
+        got, cut = ahead.reading.wait()
+        if got != len(ahead.buffer) or not cut or 2 * (got - cut) > got:
+            return None
+        before = memoryview(ahead.buffer)[max(0, cut - tail_size) : cut].tobytes()
+        tail = (ahead.tail + before)[-tail_size:] if tail_size else b""
+        after = self.read_ahead(fd, ahead.offset + cut, buffer, tail)
+        ahead.followed = after is not None
+        return after
+
+    def take(self, ahead: Ahead, got: int, cut: int, found: Found) -> Chunk:
         """What `feed(ahead.buffer[:got])` finds, from the whole lines a Reading scanned
         (`found`: its answer, as `_scan`'s) before `cut`; the partial line after them carried,
-        unless the next read (`read_ahead` from `cut`, before this) reads it again."""
+        unless the read after it reads it again (`read_on`)."""
         chunk = Chunk()
         self._scanned(ahead.buffer, 0, cut, chunk, ahead.buffer, found)
-        if carry:
+        if not ahead.followed:
             self._partial = bytes(memoryview(ahead.buffer)[cut:got])
             if len(self._partial) > self.max_line:
                 self._start_skip(chunk)

@@ -96,19 +96,13 @@ class DumpReads:
         return len(data), self.reader.feed(data) if data else None
 
     def _took(self, ahead: Ahead) -> tuple[int, Chunk | None]:
-        """What the read ahead read (the partial line given back read again with it). When it
-        filled its buffer with whole lines, the next read starts at once, from the end of the
-        last of them (the partial line read again, not carried): it reads while this answer
-        is made and applied."""
-        got, cut = ahead.reading.wait()
-        if got == self.size and cut and 2 * (got - cut) <= got:
-            buffer = self.buffers.take(self.size)
-            self.ahead = self.reader.read_ahead(self.fd, ahead.offset + cut, buffer, b"")
+        """What the read ahead read (the partial line given back read again with it); the next
+        read under way meanwhile, when it can be (`LineReader.read_on`)."""
+        self.ahead = self.reader.read_on(self.fd, ahead, self.buffers.take(self.size), 0)
         got, cut, lines, newlines, raw = ahead.reading.result()
         self.end = ahead.offset + got
         if not got:
             return 0, None
         if lines is None:  # (a NUL, or no whole line: the line layer frames them)
             return got, self.reader.feed(memoryview(ahead.buffer)[:got].tobytes())
-        found = (lines, newlines, raw)
-        return got, self.reader.take(ahead, got, cut, found, carry=self.ahead is None)
+        return got, self.reader.take(ahead, got, cut, (lines, newlines, raw))
