@@ -815,7 +815,12 @@ typedef struct {
     int nkw;
     uint64_t first[256], second[256];
     unsigned char shift[65536];
+    int tok_keywords; /* every common slot line (bytes_token) holds one of the keywords */
 } Search;
+
+/* The texts every line bytes_token reads holds one of (ascii_token: a header or timing line's
+ * `print_timing:`, a launch line's `launch_slot_:`, a release line's `stop processing`). */
+static const char *const tok_texts[] = {"print_timing:", "launch_slot_:", "stop processing"};
 
 static void search_free(PyObject *capsule) {
     Search *t = PyCapsule_GetPointer(capsule, "smllm.search");
@@ -861,6 +866,14 @@ static PyObject *search_of(PyObject *keywords) {
             unsigned h = (unsigned char)t->kws[k][j - 1] << 8 | (unsigned char)t->kws[k][j];
             if (m - 1 - j < t->shift[h]) t->shift[h] = (unsigned char)(m - 1 - j);
         }
+    t->tok_keywords = 1;
+    for (size_t j = 0; j < sizeof tok_texts / sizeof *tok_texts; j++) {
+        const char *text = tok_texts[j];
+        int held = 0;
+        for (int k = 0; k < nkw && !held; k++)
+            held = memmem(text, strlen(text), t->kws[k], (size_t)t->lens[k]) != NULL;
+        t->tok_keywords &= held;
+    }
     t->keywords = Py_NewRef(keywords); /* (the kws point into its bytes) */
     PyObject *capsule = PyCapsule_New(t, "smllm.search", search_free);
     if (capsule == NULL) {
@@ -897,22 +910,16 @@ static void decode_line(const char *line, Py_ssize_t len, long long max_line, It
                  bytes_token(line + d->msg, d->end - d->msg, &d->tok);
 }
 
-/* Every line of the part holding a keyword, in order, in one pass over its bytes: a Wu-Manber
- * search (Horspool's skip over all keywords at once, on two-byte blocks), which looks at a
- * small fraction of the bytes where a memmem per keyword would read them all once per
- * keyword; each line found is decoded at once, while it is in the cache. Counts the part's
- * newlines too (between the lines found, and one for each of them, whose ends are found
- * anyway). Needs no GIL (a thread's own: see each_part). */
-static void *scan_part(void *arg) {
-    Part *p = arg;
-    const char *s = p->s;
-    const Search *t = p->t;
-    const Py_ssize_t n = p->n, m = t->m;
+/* Where the first keyword begins in s[0:n] searching from `pos` (the end of the first window:
+ * the start plus the shortest keyword's length, less one), or -1: a Wu-Manber search
+ * (Horspool's skip over all keywords at once, on two-byte blocks), which looks at a small
+ * fraction of the bytes where a memmem per keyword would read them all once per keyword. */
+static inline __attribute__((always_inline)) Py_ssize_t find_keyword(const Search *t,
+                                                                     const char *s,
+                                                                     Py_ssize_t pos,
+                                                                     Py_ssize_t n) {
     const unsigned char *shift = t->shift;
-    Py_ssize_t count = 0, counted = 0, newlines = 0, raw = 0; /* newlines in s[0:counted] */
-    Py_ssize_t cap = (Py_ssize_t)(p->items_size / sizeof(Item));
-    Py_ssize_t pos = m - 1;
-    Day day = {.has = 0};
+    const Py_ssize_t m = t->m;
     while (pos < n) {
         unsigned char d = shift[(unsigned char)s[pos - 1] << 8 | (unsigned char)s[pos]];
         if (d) {
@@ -921,17 +928,37 @@ static void *scan_part(void *arg) {
         }
         Py_ssize_t w = pos - m + 1;
         uint64_t may = t->first[(unsigned char)s[w]] & t->second[(unsigned char)s[w + 1]];
-        int hit = 0;
-        while (may && !hit) {
+        while (may) {
             int k = __builtin_ctzll(may);
             may &= may - 1;
-            hit = w + t->lens[k] <= n && memcmp(s + w, t->kws[k], (size_t)t->lens[k]) == 0;
+            if (w + t->lens[k] <= n && memcmp(s + w, t->kws[k], (size_t)t->lens[k]) == 0)
+                return w;
         }
-        if (!hit) {
-            pos++;
-            continue;
-        }
-        const char *nl = memrchr(s + counted, '\n', (size_t)(w - counted));
+        pos++;
+    }
+    return -1;
+}
+
+/* Every line of the part holding a keyword, in order, in one pass over its bytes, each decoded
+ * at once, while it is in the cache. Two ways to the next such line:
+ * - search: find_keyword from here, then back to the start of the line it is in;
+ * - line by line, while the lines come as common slot lines (nearly every line of a busy
+ *   node's dump): the next line decoded first, and kept without a search when its message is
+ *   a common slot line, which holds a keyword (Search.tok_keywords); else searched alone.
+ * Counts the part's newlines too (between the lines found, and one for each of them, whose ends
+ * are found anyway). Needs no GIL (a thread's own: see each_part). */
+static void *scan_part(void *arg) {
+    Part *p = arg;
+    const char *s = p->s;
+    const Search *t = p->t;
+    const Py_ssize_t n = p->n, m = t->m;
+    Py_ssize_t count = 0, counted = 0, newlines = 0, raw = 0; /* newlines in s[0:counted] */
+    Py_ssize_t cap = (Py_ssize_t)(p->items_size / sizeof(Item));
+    int by_line = 0; /* the last line kept was a common slot line: read the next one first */
+    Day day = {.has = 0};
+    while (counted < n) {
+        Py_ssize_t start;
+        const char *eol;
         if (count == cap) {
             Item *more = PyMem_RawRealloc(p->items, 2 * (size_t)cap * sizeof(Item));
             if (more == NULL) {
@@ -940,11 +967,32 @@ static void *scan_part(void *arg) {
             }
             p->items = more, cap *= 2, p->items_size = (size_t)cap * sizeof(Item);
         }
-        Py_ssize_t start = nl == NULL ? counted : nl - s + 1;
-        newlines += count_newlines(s + counted, start - counted);
-        const char *eol = memchr(s + w, '\n', (size_t)(n - w));
         Item *it = &p->items[count];
-        decode_line(s + start, eol == NULL ? n - start : eol - s - start, p->max_line, it, &day);
+        if (by_line) {
+            start = counted;
+            eol = memchr(s + start, '\n', (size_t)(n - start));
+            Py_ssize_t len = eol == NULL ? n - start : eol - s - start;
+            decode_line(s + start, len, p->max_line, it, &day);
+            if (!it->d.has_tok && find_keyword(t, s + start, m - 1, len) < 0) {
+                by_line = 0; /* a line without a keyword: searched for from the next line */
+                if (eol == NULL) {
+                    counted = n;
+                    break;
+                }
+                newlines += 1, counted = eol - s + 1;
+                continue;
+            }
+        } else {
+            Py_ssize_t w = find_keyword(t, s, counted + m - 1, n);
+            if (w < 0) break;
+            const char *nl = memrchr(s + counted, '\n', (size_t)(w - counted));
+            start = nl == NULL ? counted : nl - s + 1;
+            newlines += count_newlines(s + counted, start - counted);
+            eol = memchr(s + w, '\n', (size_t)(n - w));
+            decode_line(s + start, eol == NULL ? n - start : eol - s - start, p->max_line, it,
+                        &day);
+        }
+        by_line = it->d.has_tok && t->tok_keywords;
         if (!it->d.ok) raw++, count++;
         else if (it->d.time_us >= p->since_us) /* (an older line is left out here and now) */
             count++, p->escaped += it->d.shape == SHAPE_JSON && (it->d.msg_esc || it->d.cur_esc);
@@ -954,7 +1002,6 @@ static void *scan_part(void *arg) {
         }
         newlines += 1;
         counted = eol - s + 1;
-        pos = counted + m - 1; /* the next line's first window */
     }
     p->newlines = newlines + count_newlines(s + counted, n - counted);
     p->count = count, p->raw = raw;

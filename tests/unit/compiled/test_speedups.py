@@ -767,6 +767,24 @@ def test_scan_decodes_the_plain_lines_itself() -> None:
     assert type(items[0]) is LogLine
 
 
+@pytest.mark.parametrize("keywords", [KEYWORDS, (b"total time", b"eval time"), (b"launch",)])
+def test_scan_keeps_a_common_slot_line_only_when_it_holds_one_of_the_keywords(
+    keywords: tuple[bytes, ...],
+) -> None:
+    """After a common slot line, scan reads the next line first, not searching it: that line is
+    kept without a search only where every common slot line holds a keyword (the parser's
+    keywords do; `total time` alone does not hold a launch line)."""
+    prefix = "2026-09-22T07:31:04.127792+0000 node0 sm-llm[1234]: "
+    data = "".join(f"{prefix}{msg}\n" for msg in VERBATIM + VERBATIM[::-1]).encode()
+    data += b"no keyword here\n" + f"{prefix}{VERBATIM[5]}".encode()  # (no newline at the end)
+    items, newlines, n_raw = _speedups.scan(data, keywords, NODE, 0, LogLine, MAX_LINE)
+    kept = [line for line in data.split(b"\n") if any(k in line for k in keywords)]
+    assert (newlines, n_raw) == (data.count(b"\n"), 0)
+    assert len(items) == len(kept) > 0
+    decoder = EntryDecoder(NODE)
+    assert list(items) == [decoder.decode(line) for line in kept]
+
+
 def test_scan_reads_each_lines_date_where_it_changes() -> None:
     """Scan keeps the last date it read (a dump's lines are in order): a new day, a bad date
     between good ones and the date it had before each read as the decoder reads them."""
