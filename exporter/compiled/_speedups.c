@@ -1808,6 +1808,8 @@ static PyObject *opt_int(int has, long long v) {
     return has ? PyLong_FromLongLong(v) : Py_NewRef(Py_None);
 }
 
+static PyObject *block_name; /* "block", made once (setting it then takes no memory) */
+
 /* `b` back into the parser: NO_BLOCK, or a new Block(slot, task, ...). 0, or -1 on error. */
 static int block_out(PyObject *parser, const Block *b, PyObject *block_type, PyObject *no_block) {
     PyObject *block;
@@ -1828,7 +1830,7 @@ static int block_out(PyObject *parser, const Block *b, PyObject *block_type, PyO
         Py_DECREF(args);
         if (block == NULL) return -1;
     }
-    int bad = PyObject_SetAttrString(parser, parser_reads[P_BLOCK], block);
+    int bad = PyObject_SetAttr(parser, block_name, block);
     Py_DECREF(block);
     return bad;
 }
@@ -1897,23 +1899,28 @@ static int started_key(PyObject *started, long long slot, long long task, PyObje
     return 0;
 }
 
-/* started.pop((slot, task), None): 1 when it held it, 0 when not, -1 on an error. */
-static int started_pop(PyObject *started, long long slot, long long task) {
+/* Whether `started` holds (slot, task): 1 and `*key` (a new reference to a key equal to it)
+ * when it does, 0 when not, -1 on an error. Deleting that key cannot fail. */
+static int started_find(PyObject *started, long long slot, long long task, PyObject **key) {
     PyObject *found = NULL;
     int there = started_key(started, slot, task, &found);
-    if (there == 1) {
-        Py_INCREF(found); /* (the dict's reference goes with the item) */
-        int bad = PyDict_DelItem(started, found);
-        Py_DECREF(found);
-        return bad < 0 ? -1 : 1;
-    }
-    if (there == 0) return 0;
-    PyObject *key = pair(slot, task);
-    if (key == NULL) return -1;
-    int launched = PyDict_Contains(started, key);
-    int bad = launched == 1 ? PyDict_DelItem(started, key) : 0;
-    Py_DECREF(key);
-    return launched < 0 || bad < 0 ? -1 : launched;
+    if (there == 1) *key = Py_NewRef(found);
+    if (there >= 0) return there;
+    PyObject *made = pair(slot, task);
+    if (made == NULL) return -1;
+    int launched = PyDict_Contains(started, made);
+    if (launched == 1) *key = made;
+    else Py_DECREF(made);
+    return launched;
+}
+
+/* Drop the last item of `list`, appended by the caller (a list may be shorter than its
+ * allocation: nothing is allocated or freed but the item's reference). */
+static void list_drop_last(PyObject *list) {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *item = PyList_GET_ITEM(list, n - 1);
+    Py_SET_SIZE(list, n - 1);
+    Py_DECREF(item);
 }
 
 /* `(slot, task) in started`: 1, 0, or -1 on an error. */
@@ -1978,21 +1985,12 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
         }
         Block used = *b;
         if (!b->any || !matches) memset(&used, 0, sizeof used);
-        memset(b, 0, sizeof *b);
-        int bad = started_pop(started, t->slot, t->task); /* started.pop(key, None) */
-        if (bad < 0) return -1;
-        if (PyDict_GET_SIZE(task_reasons)) { /* task_reasons.pop(task, None): timed, no cancel */
-            PyObject *task_key = PyLong_FromLongLong(t->task);
-            int noted = task_key == NULL ? -1 : PyDict_Contains(task_reasons, task_key);
-            bad = noted == 1 ? PyDict_DelItem(task_reasons, task_key) : noted;
-            Py_XDECREF(task_key);
-            if (bad < 0) return -1;
-        }
+        /* all it takes is made first; then the changes that may fail, undone if a later one
+         * does; then those that cannot (deleting a key that is there) */
+        PyObject *key = NULL;
+        int launched = started_find(started, t->slot, t->task, &key);
+        if (launched < 0) return -1;
         PyObject *slot = PyLong_FromLongLong(t->slot), *task = PyLong_FromLongLong(t->task);
-        if (slot == NULL || task == NULL || PyDict_SetItem(last_timed, slot, task) < 0) {
-            Py_XDECREF(slot), Py_XDECREF(task);
-            return -1;
-        }
         PyObject *items[I_N] = {
             [I_NODE] = Py_NewRef(node),
             /* end in range, us <= a week: no overflow */
@@ -2004,16 +2002,26 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
                 opt_int(used.has[B_GENERATED_TOKENS], used.v[B_GENERATED_TOKENS]),
             [I_PROMPT_US] = opt_int(used.has[B_PROMPT_US], used.v[B_PROMPT_US]),
             [I_GENERATION_US] = opt_int(used.has[B_GENERATION_US], used.v[B_GENERATION_US]),
-            [I_SLOT] = slot,
-            [I_TASK] = task,
+            [I_SLOT] = Py_XNewRef(slot),
+            [I_TASK] = Py_XNewRef(task),
             [I_PID] = Py_NewRef(pid),
             [I_REASON] = Py_NewRef(types[T_EMPTY]), /* a timed request */
             [I_MODEL] = Py_NewRef(types[T_EMPTY]),  /* none outside router mode */
         };
         PyObject *iv = record((PyTypeObject *)types[T_INTERVAL], items, I_N);
-        if (iv == NULL) return -1;
-        bad = PyList_Append(out, iv);
-        Py_DECREF(iv);
+        int noted = iv == NULL || !PyDict_GET_SIZE(task_reasons) ? 0
+                                                                 : PyDict_Contains(task_reasons, task);
+        int bad = iv == NULL || noted < 0 || PyList_Append(out, iv) < 0;
+        if (!bad && PyDict_SetItem(last_timed, slot, task) < 0) {
+            list_drop_last(out); /* (the record appended) */
+            bad = 1;
+        }
+        if (!bad) { /* started.pop(key, None); task_reasons.pop(task, None): timed, no cancel */
+            if (launched) PyDict_DelItem(started, key);
+            if (noted) PyDict_DelItem(task_reasons, task);
+            memset(b, 0, sizeof *b);
+        }
+        Py_XDECREF(key), Py_XDECREF(iv), Py_XDECREF(slot), Py_XDECREF(task);
         return bad ? -1 : 1;
     }
     case LAUNCH: {
@@ -2023,15 +2031,9 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
         if (fits <= 0) return fits;
         PyObject *key = pair(t->slot, t->task);
         PyObject *at = time != NULL ? Py_NewRef(time) : PyLong_FromLongLong(end);
-        int bad = key == NULL || at == NULL || PyDict_SetItem(started, key, at) < 0;
-        Py_XDECREF(key);
-        if (bad) {
-            Py_XDECREF(at);
-            return -1;
-        }
         PyObject *items[E_N] = {
             [E_NODE] = Py_NewRef(node),
-            [E_TIME_US] = at,
+            [E_TIME_US] = Py_XNewRef(at),
             [E_KIND] = Py_NewRef(types[T_STARTED]),
             [E_PID] = Py_NewRef(pid),
             [E_SLOT] = PyLong_FromLongLong(t->slot),
@@ -2041,9 +2043,12 @@ static int apply(const Tok *t, PyObject *time, long long end, PyObject *pid, PyO
             [E_VALUE] = Py_NewRef(Py_None),
         };
         PyObject *ev = record((PyTypeObject *)types[T_EVENT], items, E_N);
-        if (ev == NULL) return -1;
-        bad = PyList_Append(out, ev);
-        Py_DECREF(ev);
+        int bad = key == NULL || ev == NULL || PyList_Append(out, ev) < 0;
+        if (!bad && PyDict_SetItem(started, key, at) < 0) {
+            list_drop_last(out); /* (the event appended) */
+            bad = 1;
+        }
+        Py_XDECREF(key), Py_XDECREF(at), Py_XDECREF(ev);
         return bad ? -1 : 1;
     }
     case RELEASE: { /* a pending stop when launched here and not yet timed: Python's to add */
@@ -2109,7 +2114,9 @@ static int read_item(const Item *it, Read *r) {
 }
 
 /* feed(parser, lines, start, out, types, max_started) -> the index of the first line left to
- * Python; lines a tuple of LogLines or a Lines, types a FeedTypes. */
+ * Python; lines a tuple of LogLines or a Lines, types a FeedTypes. It raises only before it
+ * changes anything: a line whose changes fail (out of memory) is undone and left to Python,
+ * so the caller needs no copy of the parser's state to go back to (Parser.feed_all). */
 static PyObject *feed(PyObject *self, PyObject *args) {
     PyObject *parser, *lines, *out, *types;
     Py_ssize_t start, max_started;
@@ -2176,7 +2183,7 @@ static PyObject *feed(PyObject *self, PyObject *args) {
             int same = PyObject_RichCompareBool(r.pid_obj, pid, Py_EQ);
             int is_zero = same == 1 ? 0 : PyObject_Not(r.pid_obj);
             if (same < 0 || is_zero < 0) {
-                ok = -1;
+                PyErr_Clear(); /* (the line is the Python loop's) */
                 break;
             }
             if (!same && !is_zero) break;
@@ -2184,14 +2191,19 @@ static PyObject *feed(PyObject *self, PyObject *args) {
         Block before = b;
         int done = apply(&r.tok, r.time, r.time_us, r.pid_obj, node, &b, started, last_timed,
                          task_reasons, ty, max_started, out);
-        if (done <= 0) {
+        if (done <= 0) { /* handed back, or failed having changed nothing: the Python loop's */
             b = before;
-            if (done < 0) ok = -1;
+            if (done < 0) PyErr_Clear();
             break;
         }
         changed = 1;
     }
-    if (changed && block_out(parser, &b, block_type, no_block) < 0) ok = -1;
+    if (changed && block_out(parser, &b, block_type, no_block) < 0) {
+        /* (out of memory) the block of a request not yet timed is let go, its prompt and
+         * generation figures with it; that takes no memory, and nothing is counted twice */
+        PyErr_Clear();
+        if (PyObject_SetAttr(parser, block_name, no_block) < 0) ok = -1;
+    }
 done:
     for (int k = 0; k < P_N; k++) Py_XDECREF(attr[k]);
     Py_XDECREF(zero);
@@ -2284,7 +2296,7 @@ static PyMethodDef methods[] = {
      "feed(parser, lines, start, out, types, max_started) -> index: Parser.feed_all on\n"
      "lines[start:] for as long as they are common era C/D slot lines of the parser's server\n"
      "that add no pending stop, the records appended to out; the index of the first line\n"
-     "it leaves to Python (len(lines) when none)."},
+     "it leaves to Python (len(lines) when none). It raises only before it changes anything."},
     {"join", join, METH_O,
      "join(parts) -> the LogLines of the parts (Lines or sequences of LogLines) in order: a\n"
      "Lines when one of them is a Lines, else a tuple."},
@@ -2309,6 +2321,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     init_json_stop();
     for (int k = 0; k < TOKEN_KINDS_N; k++)
         if ((kinds[k] = PyLong_FromLong(k)) == NULL) return NULL;
+    if ((block_name = PyUnicode_InternFromString(parser_reads[P_BLOCK])) == NULL) return NULL;
     if (PyType_Ready(&LinesType) < 0 || PyType_Ready(&ReadingType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

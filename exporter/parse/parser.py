@@ -161,12 +161,8 @@ class Parser:
         common era C/D lines of the running server and leaves every other line (and every line
         while a stop waits for its timing block) to the Python loop, `_feed`."""
         todo = cast(Sequence[LogLine], lines) if type(lines) in _SEQUENCES else tuple(lines)
-        savepoint = self._savepoint()
-        try:
-            out = self._feed_fast(todo)
-        except Exception:  # a defect, not the input's fault: find the line, skip it, go on
-            self._rollback(savepoint)
-            out = self._feed_isolated(todo)
+        out: list[Record] = []
+        self._feed_fast(todo, out)
         self._remember_totals(out)
         return out
 
@@ -215,21 +211,36 @@ class Parser:
                 yield (rec[I_SLOT], rec[I_TASK]), rec[I_TOKENS]
         yield from reversed(self.recent_totals.items())
 
-    def _feed_fast(self, todo: Sequence[LogLine]) -> list[Record]:
-        out: list[Record] = []
+    def _feed_fast(self, todo: Sequence[LogLine], out: list[Record]) -> None:
+        """`todo` through the compiled `feed` while it takes the lines, the others through
+        `_feed`. The way back from a defect is taken only before the first line `_feed` reads
+        (the compiled `feed` raises only before it changes anything, so a batch it reads whole
+        costs no copy of the state): on a failure the state goes back there, and from there on
+        each line is fed alone (`_feed_isolated`)."""
         fast = _fast_feed
-        if fast is None:
-            self._feed(todo, out, _fast_tokenize)
-            return out
         i, n = 0, len(todo)
-        while i < n:
-            if not self.pending_stops and not self.others and not self.children and self.up:
-                i = fast(self, todo, i, out, FEED_TYPES, self.max_in_flight)
-                if i == n:
-                    break
-            self._feed((todo[i],), out, _fast_tokenize)
-            i += 1
-        return out
+        savepoint: tuple[tuple[Any, ...], int, int] | None = None  # (state, at, len(out))
+        try:
+            if fast is None:
+                savepoint = (self._savepoint(), 0, 0)
+                self._feed(todo, out, _fast_tokenize)
+                return
+            while i < n:
+                if not self.pending_stops and not self.others and not self.children and self.up:
+                    i = fast(self, todo, i, out, FEED_TYPES, self.max_in_flight)
+                    if i == n:
+                        break
+                if savepoint is None:
+                    savepoint = (self._savepoint(), i, len(out))
+                self._feed((todo[i],), out, _fast_tokenize)
+                i += 1
+        except Exception:  # a defect, not the input's fault: find the line, skip it, go on
+            at = i  # (the compiled feed failed, having changed nothing)
+            if savepoint is not None:
+                state, at, kept = savepoint
+                self._rollback(state)
+                del out[kept:]
+            out += self._feed_isolated(todo[at:])
 
     def _feed_isolated(self, todo: Sequence[LogLine]) -> list[Record]:
         """One line at a time, each rolled back and counted as a parse error if it fails."""

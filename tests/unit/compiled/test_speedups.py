@@ -11,9 +11,10 @@ throws arbitrary input at the same pairs.)
 
 from __future__ import annotations
 
+import _testcapi
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -24,6 +25,8 @@ from exporter.base.records import Event, EventKind, Interval, LogLine, Record
 from exporter.base.times import MAX_TIME_US, SECOND
 from exporter.checkpoint.codec import parser_of, parser_state
 from exporter.compiled import switch
+from exporter.parse import parser as parser_module
+from exporter.parse.context import NO_BLOCK
 from exporter.parse.contract import FEED_TYPES
 from exporter.parse.parser import Parser
 from exporter.parse.tokens import ParseError, Token, tokenize
@@ -333,6 +336,122 @@ def test_the_compiled_feed_runs_whole_requests_and_hands_back_a_stop_to_decide()
     # another server's line is Python's to restart on
     other = LogLine(NODE, t + 10, "", pid + 1, msgs[0])
     assert _speedups.feed(p, (other,), 0, [], FEED_TYPES, p.max_in_flight) == 0
+
+
+def test_the_compiled_feed_changes_only_whole_lines_whatever_allocation_fails() -> None:
+    """Whichever one allocation fails, `feed` raises having changed nothing, or stops at a line
+    having fed exactly the lines before it (the line it could not feed undone, left to Python):
+    what `Parser.feed_all` counts on instead of a copy of the state before every batch. Failing
+    to make the block at the end lets go of the block of a request not yet timed, nothing
+    more."""
+    t, pid = 1_790_000_000_000_000, 4242
+    program = [
+        ("launch", 0, 5000),
+        ("launch", 1, 5001),
+        ("header", 0, 5000),
+        ("prompt", 0, 5000),
+        ("eval", 0, 5000),
+        ("total", 0, 5000),
+        ("release", 0, 5000),
+        ("prompt", 1, 5001),
+    ]
+    lines = tuple(
+        LogLine(NODE, t + 1000 * k, "", pid, STEP_LINES[what].format(s=slot, t=task, n=300 + k))
+        for k, (what, slot, task) in enumerate(program)
+    )
+
+    def fed(upto: int) -> tuple[object, list[object]]:
+        p, out = Parser(NODE, pid=pid), list[object]()
+        assert _speedups.feed(p, lines[:upto], 0, out, FEED_TYPES, p.max_in_flight) == upto
+        return parser_state(p), out
+
+    assert fed(len(lines))[0] != fed(0)[0]
+    outcomes = set()
+    for k in range(1, 300):
+        p, out = Parser(NODE, pid=pid), list[object]()
+        _testcapi.set_nomemory(k, k + 1)  # (only the k-th allocation from here fails)
+        try:
+            at: int | None = _speedups.feed(p, lines, 0, out, FEED_TYPES, p.max_in_flight)
+        except MemoryError:
+            at = None
+        finally:
+            _testcapi.remove_mem_hooks()
+        state, want = fed(at or 0)
+        if at is not None and parser_state(p) != state:  # the block could not be made
+            clean = Parser(NODE, pid=pid)
+            _speedups.feed(clean, lines[:at], 0, [], FEED_TYPES, clean.max_in_flight)
+            clean.block = NO_BLOCK
+            assert p.block is NO_BLOCK and parser_state(p) == parser_state(clean)
+            outcomes.add("block let go")
+        else:
+            assert parser_state(p) == state
+            outcomes.add("raised" if at is None else "stopped" if at < len(lines) else "fed")
+        assert out == want
+        if at == len(lines) and k > 200:
+            break
+    assert outcomes == {"raised", "stopped", "fed", "block let go"}
+
+
+def _request_lines(
+    t: int, pid: int, tasks: range, python_line_at: int | None
+) -> tuple[LogLine, ...]:
+    """Whole requests on slot 0, one after another; where asked, a line only the Python loop
+    reads (a launch on the busy slot: the request on it is lost), after which the compiled feed
+    reads on."""
+    msgs = [STEP_LINES[w].format(s=0, t=task, n=300) for task in tasks for w in STEP_ORDER]
+    if python_line_at is not None:
+        msgs.insert(python_line_at, STEP_LINES["launch"].format(s=0, t=7999))
+    return tuple(LogLine(NODE, t + 1000 * k, "", pid, m) for k, m in enumerate(msgs))
+
+
+STEP_ORDER = ("launch", "header", "prompt", "eval", "total", "release")
+
+
+@pytest.mark.parametrize(("python_line_at", "fails_at_call"), [(None, 1), (7, 1), (7, 2)])
+def test_a_compiled_feed_that_fails_costs_no_line_and_counts_none_twice(
+    monkeypatch: pytest.MonkeyPatch, fails_at_call: int, python_line_at: int | None
+) -> None:
+    """A defect in the compiled feed (here: raising before it changes anything, as it does):
+    the batch is read from where the state is known, each line alone, and comes out as the
+    reference reads it, with the parser's state."""
+    lines = _request_lines(1_790_000_000_000_000, 4242, range(700, 704), python_line_at)
+    reference = Parser(NODE, pid=4242)
+    want = reference.feed_reference(lines)
+    calls = 0
+
+    def failing(*args: Any) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == fails_at_call:
+            raise RuntimeError("a defect")
+        return _speedups.feed(*args)
+
+    monkeypatch.setattr(parser_module, "_fast_feed", failing)
+    p = Parser(NODE, pid=4242)
+    assert p.feed_all(lines) == want
+    assert parser_state(p) == parser_state(reference)
+    assert calls == fails_at_call  # (it failed: from there on each line went alone)
+
+
+def test_a_batch_the_compiled_feed_reads_whole_takes_no_copy_of_the_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The way back from a defect is a copy of the parser's state, taken only before the first
+    line the Python loop reads, once a batch."""
+    copies = 0
+    savepoint: Callable[[Parser], tuple[Any, ...]] = vars(Parser)["_savepoint"]
+
+    def counted(self: Parser) -> tuple[Any, ...]:
+        nonlocal copies
+        copies += 1
+        return savepoint(self)
+
+    monkeypatch.setattr(Parser, "_savepoint", counted)
+    p = Parser(NODE, pid=4242)
+    p.feed_all(_request_lines(1_790_000_000_000_000, 4242, range(700, 710), None))
+    assert copies == 0
+    p.feed_all(_request_lines(1_790_000_100_000_000, 4242, range(710, 720), 13))
+    assert copies == 1
 
 
 def test_the_compiled_feed_leaves_a_bound_that_shrank_to_the_reference() -> None:
