@@ -110,17 +110,49 @@ SPLIT_LEVELS = 3
 def encode(values: Mapping[str, Any]) -> bytes:
     """The checkpoint file's bytes: `values` under this version's `format` (as one json.dumps
     with compact separators writes them)."""
-    return "".join(_encoded({"format": VERSION, **values}, SPLIT_LEVELS)).encode()
+    return Encoder().encode(values)
 
 
-def _encoded(value: Any, levels: int) -> Iterator[str]:
+Kept = dict[tuple[str, ...], tuple[Any, str]]  # where in the state: its value and its JSON
+
+
+class Encoder:
+    """`encode`, again and again, each time encoding only what changed: the parts of the state
+    the split levels end at (a node's accounting, each field of its parser, ...) are kept with
+    their JSON, and a part equal to the one kept (a node idle since) is not encoded again.
+
+    Each state is taken fresh and never changed after (`state`), so a kept value is what was
+    encoded. Two encodings at once (a worker's and the final one) each keep what they made;
+    either set of pairs holds only values with their own JSON."""
+
+    def __init__(self) -> None:
+        self._kept: Kept = {}
+
+    def encode(self, values: Mapping[str, Any]) -> bytes:
+        """The checkpoint file's bytes for `values` (as the module's `encode`)."""
+        kept: Kept = {}
+        text = "".join(_encoded({"format": VERSION, **values}, SPLIT_LEVELS, (), self._kept, kept))
+        self._kept = kept  # (the parts of nodes since removed are let go)
+        return text.encode()
+
+
+def _encoded(value: Any, levels: int, at: tuple[str, ...], old: Kept, new: Kept) -> Iterator[str]:
+    """`value`'s JSON in pieces, mappings split `levels` deep (a key json.dumps would convert
+    left to it), each part at the bottom taken from `old` when equal, and kept in `new`."""
     if levels <= 0 or not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        yield _dumps(value)  # (a key json.dumps would convert: left to it)
+        if not isinstance(value, dict | list):  # (a number or a string: none cheaper kept)
+            yield _dumps(value)
+            return
+        last = old.get(at)
+        same = last is not None and type(last[0]) is type(value) and last[0] == value
+        text = last[1] if same and last is not None else _dumps(value)
+        new[at] = (value, text)
+        yield text
         return
     yield "{"
     for i, (key, item) in enumerate(value.items()):
         yield f"{',' if i else ''}{_dumps(key)}:"
-        yield from _encoded(item, levels - 1)
+        yield from _encoded(item, levels - 1, (*at, key), old, new)
     yield "}"
 
 

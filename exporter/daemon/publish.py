@@ -101,6 +101,7 @@ class Publisher:
         self._taken = itertools.count(1)
         self._written = 0
         self._write_lock = threading.Lock()
+        self._encoder = codec.Encoder()  # (a node idle since the last checkpoint: not encoded)
         # clear while a checkpoint's state is being taken: the ingest loop waits for it
         self.free = asyncio.Event()
         self.free.set()
@@ -124,7 +125,7 @@ class Publisher:
 
     def _write(self, state: dict[str, Any], taken: int) -> None:
         """Write `state`, the `taken`-th taken, unless a newer one is on disk already."""
-        data = codec.encode(state)
+        data = self._encoder.encode(state)
         with self._write_lock:
             if taken > self._written:
                 self.checkpoint.write(data)

@@ -674,12 +674,12 @@ def test_a_state_taken_earlier_never_replaces_a_newer_checkpoint(
     """A periodic checkpoint's worker thread is still encoding its state when the service is
     stopped: the final checkpoint (taken later) is written first, and the worker's older state
     must not land over it (test_systemd once saw the checkpoint go back in time so)."""
-    encode, write = codec.encode, Checkpoint.write
+    encode, write = codec.Encoder.encode, Checkpoint.write
     final_written, worker_encoding = threading.Event(), threading.Event()
     finals: list[bytes] = []
 
-    def encode_held_in_workers(state: dict[str, object]) -> bytes:
-        data = encode(state)
+    def encode_held_in_workers(self: codec.Encoder, state: dict[str, object]) -> bytes:
+        data = encode(self, state)
         if threading.current_thread() is not threading.main_thread() and not finals:
             worker_encoding.set()
             final_written.wait(10)  # (until the final write has been made, or 10 s)
@@ -691,7 +691,7 @@ def test_a_state_taken_earlier_never_replaces_a_newer_checkpoint(
             finals.append(data)
             final_written.set()
 
-    monkeypatch.setattr(codec, "encode", encode_held_in_workers)
+    monkeypatch.setattr(codec.Encoder, "encode", encode_held_in_workers)
     monkeypatch.setattr(Checkpoint, "write", write_noting_the_final)
 
     class Idle:

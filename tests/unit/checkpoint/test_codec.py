@@ -26,7 +26,16 @@ from exporter.accounting.settings import DEFAULT_BUCKETS_S
 from exporter.base.kinds import DEFAULT_RULES, KindRule, Kinds, split_rules
 from exporter.base.records import Event, EventKind, Interval
 from exporter.base.times import SECOND
-from exporter.checkpoint.codec import encode, load, parser_of, parser_state, restore, state_of
+from exporter.checkpoint import codec
+from exporter.checkpoint.codec import (
+    Encoder,
+    encode,
+    load,
+    parser_of,
+    parser_state,
+    restore,
+    state_of,
+)
 from exporter.checkpoint.layout import FIRST_KEPT, HISTOGRAM_AT, VERSION
 from exporter.checkpoint.migrations import MIGRATIONS, upgrade, written_as
 from exporter.checkpoint.store import Checkpoint, CheckpointError
@@ -142,6 +151,54 @@ def test_encode_writes_what_one_json_dumps_of_it_all_writes(values: Any) -> None
     )
     expected = json.dumps({"format": VERSION, **doc}, separators=(",", ":")).encode()
     assert encode(doc) == expected
+
+
+@given(st.lists(states, min_size=1, max_size=4), st.lists(json_values, max_size=4))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+def test_an_encoder_writes_each_state_as_encode_writes_it_alone(
+    saved: list[Any], values: list[Any]
+) -> None:
+    """One encoder over states one after another (parts kept, changed, added, gone): each
+    state's bytes are those `encode` writes alone. Over any JSON values, each is read back as
+    written; a number equal to the one kept may be written as kept (1 for 1.0: the schema has
+    one type for each field)."""
+    encoder = Encoder()
+    for state in [*saved, *saved[::-1]]:  # (each again: every part kept)
+        assert encoder.encode(state) == encode(state)
+    for value in values:
+        doc = {"a": {"b": {"c": value, "d": [value]}}}
+        assert json.loads(encoder.encode(doc)) == json.loads(encode(doc))
+    ints, floats = {"n": {"x": {"y": [1, 2]}}}, {"n": {"x": {"y": [1.0, 2]}}}
+    assert encoder.encode(ints) == encode(ints)
+    assert encoder.encode(floats) == encode(ints)  # (kept: equal)
+    assert encoder.encode({"n": {"x": {"y": (1, 2)}}}) == encode(ints)  # (a tuple: not kept)
+
+
+def test_an_encoder_encodes_a_node_again_only_when_it_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node idle since the last checkpoint costs no encoding: its part is written as kept."""
+    t0 = 1_790_000_000_000_000
+    acc = Accounting(["n0", "n1"], default_settings(), origin_us=t0)
+    encoder, encoded = Encoder(), list[Any]()
+    dumps: Callable[[Any], str] = vars(codec)["_dumps"]
+
+    def counted(value: Any) -> str:
+        encoded.append(value)
+        return dumps(value)
+
+    monkeypatch.setattr(codec, "_dumps", counted)
+    first = encoder.encode({"accounting": state_of(acc)})
+    nodes = [v for v in encoded if isinstance(v, dict) and "kinds" in v]
+    assert len(nodes) == 2
+    acc.add_all([Interval("n1", t0, t0 + SECOND, 10)])
+    acc.advance(t0 + 60 * SECOND)
+    encoded.clear()
+    second = encoder.encode({"accounting": state_of(acc)})
+    assert [v for v in encoded if isinstance(v, dict) and "kinds" in v] == [
+        state_of(acc)["nodes"]["n1"]
+    ]
+    assert second != first and second == encode({"accounting": state_of(acc)})
 
 
 def test_version_4s_older_pids_restore_with_no_slots_of_their_own() -> None:
