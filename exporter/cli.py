@@ -20,7 +20,7 @@ from pathlib import Path
 from exporter import __version__
 from exporter.base import logs
 from exporter.base.times import SECOND, since_us
-from exporter.commands import report
+from exporter.commands.report_options import FORMATS, ReportOptions
 from exporter.config.schema import DEFAULT_PATH, DEFAULTS
 from exporter.config.values import listen_address
 from exporter.daemon import hup
@@ -421,7 +421,7 @@ def _add_report(
     )
     rp.add_argument(
         "--format",
-        choices=list(report.FORMATS),
+        choices=list(FORMATS),
         default="text",
         help="text (the tables of the operators' timeline.py), json, html (one self-contained "
         "page with the tables, the timeline and the charts), or openmetrics (what /metrics "
@@ -470,8 +470,8 @@ def _relative_times(argv: Sequence[str]) -> list[str]:
     return out
 
 
-# A command's module is imported when it runs (report's is needed for its options): a process
-# loads only its own command, so `run` and `report` start sooner.
+# A command's module is imported when it runs: a process loads only its own command, so `run`
+# and `report` start sooner.
 DAEMONS = ("run", "demo")  # the commands that take SIGHUP up as a reload
 
 
@@ -481,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         hup.release()
     logs.setup(args.log_level)
     if args.command == "report":
+        from exporter.commands import report
+
         return report.main(_report_options(args))
     if args.command == "check-config":
         if args.file is not None and args.config_option is not None:
@@ -508,8 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def _report_options(args: argparse.Namespace) -> report.ReportOptions:
-    return report.ReportOptions(
+def _report_options(args: argparse.Namespace) -> ReportOptions:
+    return ReportOptions(
         since_us=args.since,
         until_us=args.until,
         startups=args.startups,

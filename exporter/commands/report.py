@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +23,7 @@ from exporter.base.records import L_TIME_US, Batch
 from exporter.base.times import iso
 from exporter.commands.loading import load_config
 from exporter.commands.output import put
+from exporter.commands.report_options import START_UP_FORMATS, ReportOptions
 from exporter.config.schema import DEFAULT_PATH, Config
 from exporter.ingest.memory import tune_gc
 from exporter.ingest.settings import settings
@@ -39,28 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("text", "json", "html", "openmetrics")
-START_UP_FORMATS = ("text", "json")  # what --startups and --init-timeline print
 STDIN = Path("-")  # an --input read from standard input
-
-
-@dataclass(frozen=True)
-class ReportOptions:
-    """What `report` was asked for: its command line, parsed (times in microseconds)."""
-
-    since_us: int | None
-    until_us: int | None
-    startups: bool  # the llama-server start-ups that began in the window instead
-    init_timeline: tuple[Path, ...]  # a vllm-omni init timeline's files instead of a window
-    factor: float  # a suggested timeout's headroom over the longest span
-    inputs: tuple[tuple[str, Path], ...]  # (node, dump) instead of the config's nodes
-    config: Path | None
-    split_tokens: int | None  # two kinds split at this many tokens, over the config's kinds
-    max_request_seconds: int | None  # over the config's
-    format: str  # one of FORMATS
-    step_us: int  # openmetrics: a sample every step
-    output_dir: Path | None  # openmetrics: one file a promtool block
-    output: Path | None  # instead of standard output
 
 
 class Refused(Exception):

@@ -115,7 +115,7 @@ LEVELS: list[set[str]] = [
     {"exporter.web.gate"},
     {"exporter.web.connection"},
     {"exporter.web.server", "exporter.commands.preflight", "exporter.commands.seen"},
-    {"exporter.commands.output", "exporter.commands.loading"},
+    {"exporter.commands.output", "exporter.commands.loading", "exporter.commands.report_options"},
     {
         "exporter.commands.backfill",
         "exporter.commands.init_timeline",
