@@ -939,12 +939,22 @@ static inline __attribute__((always_inline)) Py_ssize_t find_keyword(const Searc
     return -1;
 }
 
+/* Reading the next line first costs a decode in vain where it holds no keyword: a JSON entry's,
+ * about a microsecond. Each such line costs MISS_COST credit, each line that was worth it (or a
+ * keyword line found right after the last one kept) earns one, up to CREDIT_MOST; the next line
+ * is read first only with credit left. A busy node's dump (one line in 140 without a keyword)
+ * keeps it; a dump where most lines hold none (health checks between requests) spends it, and
+ * is searched. */
+#define MISS_COST 32
+#define CREDIT_MOST 64
+
 /* Every line of the part holding a keyword, in order, in one pass over its bytes, each decoded
  * at once, while it is in the cache. Two ways to the next such line:
  * - search: find_keyword from here, then back to the start of the line it is in;
  * - line by line, while the lines come as common slot lines (nearly every line of a busy
  *   node's dump): the next line decoded first, and kept without a search when its message is
- *   a common slot line, which holds a keyword (Search.tok_keywords); else searched alone.
+ *   a common slot line, which holds a keyword (Search.tok_keywords); else searched alone (see
+ *   MISS_COST for when).
  * Counts the part's newlines too (between the lines found, and one for each of them, whose ends
  * are found anyway). Needs no GIL (a thread's own: see each_part). */
 static void *scan_part(void *arg) {
@@ -955,6 +965,8 @@ static void *scan_part(void *arg) {
     Py_ssize_t count = 0, counted = 0, newlines = 0, raw = 0; /* newlines in s[0:counted] */
     Py_ssize_t cap = (Py_ssize_t)(p->items_size / sizeof(Item));
     int by_line = 0; /* the last line kept was a common slot line: read the next one first */
+    int credit = 1;
+    Py_ssize_t kept_end = -1; /* where the line after the last one kept begins */
     Day day = {.has = 0};
     while (counted < n) {
         Py_ssize_t start;
@@ -975,6 +987,7 @@ static void *scan_part(void *arg) {
             decode_line(s + start, len, p->max_line, it, &day);
             if (!it->d.has_tok && find_keyword(t, s + start, m - 1, len) < 0) {
                 by_line = 0; /* a line without a keyword: searched for from the next line */
+                credit -= MISS_COST;
                 if (eol == NULL) {
                     counted = n;
                     break;
@@ -992,7 +1005,8 @@ static void *scan_part(void *arg) {
             decode_line(s + start, eol == NULL ? n - start : eol - s - start, p->max_line, it,
                         &day);
         }
-        by_line = it->d.has_tok && t->tok_keywords;
+        if ((by_line || start == kept_end) && credit < CREDIT_MOST) credit++;
+        by_line = it->d.has_tok && t->tok_keywords && credit > 0;
         if (!it->d.ok) raw++, count++;
         else if (it->d.time_us >= p->since_us) /* (an older line is left out here and now) */
             count++, p->escaped += it->d.shape == SHAPE_JSON && (it->d.msg_esc || it->d.cur_esc);
@@ -1001,7 +1015,7 @@ static void *scan_part(void *arg) {
             break;
         }
         newlines += 1;
-        counted = eol - s + 1;
+        counted = kept_end = eol - s + 1;
     }
     p->newlines = newlines + count_newlines(s + counted, n - counted);
     p->count = count, p->raw = raw;
