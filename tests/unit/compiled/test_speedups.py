@@ -31,7 +31,7 @@ from exporter.parse.contract import FEED_TYPES
 from exporter.parse.parser import Parser
 from exporter.parse.tokens import ParseError, Token, tokenize
 from exporter.sources.entries import EntryDecoder, EntryError
-from exporter.sources.lines import KEYWORDS, MAX_LINE, find_lines
+from exporter.sources.lines import KEYWORDS, MAX_LINE, find_lines, join
 
 from support import dumps
 from support.line_dumps import as_json
@@ -949,6 +949,8 @@ def test_scan_hands_over_lines_it_decoded_all_of_as_one_lines_made_on_access() -
     assert type(joined) is _speedups.Lines and list(joined) == [*items, want, *items]
     assert _speedups.join([[want], (want,)]) == (want, want)  # no Lines: a tuple
     assert type(_speedups.join([[want]])) is tuple and _speedups.join([]) == ()
+    assert join([items]) is items  # (a chunk's one Lines: handed on, not copied)
+    assert join([items, items]) == [*items, *items]
     older, _, _ = _speedups.scan(raw + b"\n", KEYWORDS, NODE, want.time_us + 1, LogLine, MAX_LINE)
     assert type(older) is _speedups.Lines and len(older) == 0 and not older
 
