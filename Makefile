@@ -27,7 +27,8 @@ deps:
 	fi
 
 # The compiled fast paths are built here when a C compiler is present (pure Python otherwise).
-$(BASE): pyproject.toml setup.py exporter/compiled/_speedups.c exporter/compiled/_accounting.c
+$(BASE): pyproject.toml setup.py exporter/compiled/_speedups.c exporter/compiled/_accounting.c \
+	$(wildcard exporter/compiled/speedups/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .
