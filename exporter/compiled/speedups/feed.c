@@ -428,9 +428,10 @@ static PyObject *feed(PyObject *self, PyObject *args) {
     }
     if (changed && block_out(parser, &b, block_type, no_block) < 0) {
         /* (out of memory) the block of a request not yet timed is let go, its prompt and
-         * generation figures with it; that takes no memory, and nothing is counted twice */
+         * generation figures with it; that takes no memory, and nothing is counted twice. The
+         * lines are fed: no error is raised after a change, whatever happens here. */
         PyErr_Clear();
-        if (PyObject_SetAttr(parser, block_name, no_block) < 0) ok = -1;
+        if (PyObject_SetAttr(parser, block_name, no_block) < 0) PyErr_Clear();
     }
 done:
     for (int k = 0; k < P_N; k++) Py_XDECREF(attr[k]);
