@@ -24,8 +24,8 @@ def tune_gc(*, long_lived: bool = True) -> None:
     not walk it again (a full collection of it held the event loop ~80 ms: a scrape that slow);
     what is made from here on (connections come and go) is collected as ever. Nearly everything
     the ingest path makes dies young by reference counting: collect the young generation every
-    10,000 allocations, not every 700."""
-    gc.collect()
+    10,000 allocations, not every 700. (No collection first: the imports leave a handful of
+    objects in cycles, and collecting them took 6 ms of every start.)"""
     gc.freeze()
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     if long_lived:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from exporter.commands import preflight
+from exporter.config.redact import show
 from exporter.web import auth as webauth
 from exporter.web import tls as webtls
 from exporter.web import webconfig
@@ -238,3 +239,41 @@ def test_check_config_warns_of_hashes_of_different_costs(tmp_path: Path, cli: Cl
     assert code == 0
     assert "hashes of different costs (4, 5)" in err
     assert "basic auth without tls_server_config: passwords cross the network in clear" in err
+
+
+@pytest.mark.parametrize(
+    ("char", "allowed"),
+    [
+        ("\t", True),
+        (" ", True),
+        ("~", True),
+        ("\x80", True),
+        ("é", True),
+        ("\ud7ff", True),
+        ("\uffff", True),
+        ("\x00", False),
+        ("\x08", False),
+        ("\n", False),
+        ("\r", False),
+        ("\x1f", False),
+        ("\x7f", False),
+        ("\U00010000", False),
+        ("\U0010ffff", False),
+    ],
+)
+def test_a_header_value_holds_no_control_and_nothing_past_the_basic_plane(
+    tmp_path: Path, char: str, allowed: bool
+) -> None:
+    escaped = char.encode("unicode_escape").decode("ascii")  # (as YAML's double quotes escape)
+    text = yaml_text(
+        "http_server_config:", f'  headers: {{Content-Security-Policy: "a{escaped}b"}}'
+    )
+    path = write(tmp_path, text)
+    if allowed:
+        web = webconfig.parse(path.read_text(), path)
+        assert web.headers == (("Content-Security-Policy", f"a{char}b"),)
+    else:
+        assert problems(text, tmp_path) == [
+            f"{path}:2: http_server_config.headers.Content-Security-Policy: "
+            f"must be a header value on one line, got {show(f'a{char}b')}"
+        ]
