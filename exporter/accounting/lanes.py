@@ -85,20 +85,26 @@ class Recent:
         # per node, the last copy: (its newest interval, the tuple)
         self._copies: dict[str, tuple[Interval | None, tuple[Interval, ...]]] = {}
 
-    def add_all(self, recs: Iterable[Record]) -> None:
+    def add_all(self, recs: Iterable[Record], since_us: int | None = None) -> None:
         """Keep the intervals (in the order given), but none of reason `lost` (its end is not
-        known) and none of a node not known; events are ignored. (Compiled where it is built,
-        for a list or tuple: every batch's records pass here.)"""
+        known), none of a node not known and, with `since_us`, none that ended before it (the
+        pages' window: a backlog's older intervals would only push the newest out, and be
+        dropped by the next copy); events are ignored. (Compiled where it is built, for a list
+        or tuple: every batch's records pass here.)"""
         if _compiled is not None and (type(recs) is list or type(recs) is tuple):
-            _compiled.keep_recent(self.rings, recs, Interval, LOST_REASON)
+            _compiled.keep_recent(self.rings, recs, Interval, LOST_REASON, since_us)
             return
-        self.add_all_reference(recs)
+        self.add_all_reference(recs, since_us)
 
-    def add_all_reference(self, recs: Iterable[Record]) -> None:
+    def add_all_reference(self, recs: Iterable[Record], since_us: int | None = None) -> None:
         """`add_all` in Python: the specification of the compiled `keep_recent`."""
         rings = self.rings
         for rec in recs:
-            if type(rec) is Interval and rec[I_REASON] != LOST_REASON:
+            if (
+                type(rec) is Interval
+                and rec[I_REASON] != LOST_REASON
+                and (since_us is None or rec[I_END_US] >= since_us)
+            ):
                 ring = rings.get(rec[I_NODE])
                 if ring is not None:
                     ring.append(rec)

@@ -7,8 +7,8 @@
  *                                 Events), counted
  *   sweep(pending, lo, hi, ...) ~ accounting/sweep.py's sweep: the pending intervals kept, and
  *                                 what the sweep adds to the timeline figures
- *   keep_recent(rings, recs, interval, lost) ~ lanes.Recent.add_all_reference: each node's
- *                                 ring of recent intervals, for the status page
+ *   keep_recent(rings, recs, interval, lost, since) ~ lanes.Recent.add_all_reference: each
+ *                                 node's ring of recent intervals, for the status page
  *   window_run(recs, start, ...) ~ report.window.window_run_reference: how far a batch's
  *                                 records are in a report's window (the durations of the
  *                                 timed ones noted)
@@ -1128,21 +1128,24 @@ done:
 
 /* ---- keep_recent: each node's ring of recent intervals ----------------------------------- */
 
-/* keep_recent(rings, recs, interval_type, lost) -> None: append to rings[rec.node] (a deque
- * with a maxlen, or anything with an `append`) every record of `recs` (a list or tuple) whose
- * type is exactly interval_type and whose reason is not `lost`, in order; a node without a ring
- * is skipped. The bound `append` of the last node's ring is kept while the node is the same. */
+/* keep_recent(rings, recs, interval_type, lost, since) -> None: append to rings[rec.node] (a
+ * deque with a maxlen, or anything with an `append`) every record of `recs` (a list or tuple)
+ * whose type is exactly interval_type, whose reason is not `lost` and, unless `since` is None,
+ * whose end is `since` or later, in order; a node without a ring is skipped. The bound `append`
+ * of the last node's ring is kept while the node is the same. */
 static PyObject *keep_recent(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyDict_Check(args[0]) ||
-        !(PyList_Check(args[1]) || PyTuple_Check(args[1])) ||
-        !PyType_Check(args[2]) || !PyUnicode_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "keep_recent(rings: dict, recs: list | tuple, interval_type, lost: str)");
+    if (nargs != 5 || !PyDict_Check(args[0]) ||
+        !(PyList_Check(args[1]) || PyTuple_Check(args[1])) || !PyType_Check(args[2]) ||
+        !PyUnicode_Check(args[3]) || !(args[4] == Py_None || PyLong_Check(args[4]))) {
+        PyErr_SetString(PyExc_TypeError, "keep_recent(rings: dict, recs: list | tuple, "
+                                         "interval_type, lost: str, since: int | None)");
         return NULL;
     }
-    PyObject *rings = args[0], *recs = args[1], *lost = args[3];
+    PyObject *rings = args[0], *recs = args[1], *lost = args[3], *since = args[4];
     PyTypeObject *interval_type = (PyTypeObject *)args[2];
     PyObject *last_node = NULL, *append = NULL, *result = NULL;
+    long long since_us = 0;
+    int since_i64 = since != Py_None && as_i64(since, &since_us);
     PyObject *seq = Py_NewRef(recs); /* (a list may change under the calls below) */
     for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
         PyObject *rec = PySequence_Fast_GET_ITEM(seq, j);
@@ -1153,6 +1156,15 @@ static PyObject *keep_recent(PyObject *self, PyObject *const *args, Py_ssize_t n
             int same = PyUnicode_Compare(reason, lost);
             if (same == -1 && PyErr_Occurred()) goto done;
             if (same == 0) continue;
+        }
+        if (since != Py_None) { /* (ended before the pages' window: never shown) */
+            PyObject *end = PyTuple_GET_ITEM(rec, I_END_US);
+            long long end_us;
+            int shown = since_i64 && as_i64(end, &end_us)
+                            ? end_us >= since_us
+                            : PyObject_RichCompareBool(end, since, Py_GE);
+            if (shown < 0) goto done;
+            if (!shown) continue;
         }
         PyObject *node = PyTuple_GET_ITEM(rec, I_NODE);
         if (node != last_node) {
@@ -1267,8 +1279,9 @@ static PyMethodDef methods[] = {
      "Event, STARTED) it can take exactly; the index of the first record it leaves to Python\n"
      "(len(recs) when none)."},
     {"keep_recent", (PyCFunction)(void (*)(void))keep_recent, METH_FASTCALL,
-     "keep_recent(rings, recs, interval_type, lost) -> None: lanes.Recent.add_all_reference:\n"
-     "each interval of recs (but those of reason lost) appended to its node's ring, if any."},
+     "keep_recent(rings, recs, interval_type, lost, since) -> None:\n"
+     "lanes.Recent.add_all_reference: each interval of recs (but those of reason lost, and\n"
+     "those ending before since unless it is None) appended to its node's ring, if any."},
     {"window_run", (PyCFunction)(void (*)(void))window_run, METH_FASTCALL,
      "window_run(recs, start, since_us, until_us, counted, interval_type, event_type,\n"
      "parse_error) -> index: report.window.window_run_reference (how far recs[start:] are in\n"

@@ -7,7 +7,12 @@ def add_all(
     recs: Sequence[object], start: int, accounting: object, types: tuple[object, ...], /
 ) -> int: ...
 def keep_recent(
-    rings: dict[str, object], recs: Sequence[object], interval_type: type, lost: str, /
+    rings: dict[str, object],
+    recs: Sequence[object],
+    interval_type: type,
+    lost: str,
+    since: int | None,
+    /,
 ) -> None: ...
 def window_run(
     recs: Sequence[object],

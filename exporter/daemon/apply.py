@@ -18,6 +18,7 @@ from exporter.daemon.nodes import Node
 from exporter.daemon.watch import QUIET_UNIT_S, HolderWatch, UnitWatch
 from exporter.ingest.step import Outcome, apply_batch, flush
 from exporter.parse.router import OTHER_MODELS
+from exporter.web.fleet import StatusView
 
 ERRORS_LOGGED = 5  # parse errors logged per node before going quiet (they are all counted)
 RESTARTS = "llama-server restarts"  # (the repeated events a node's log line sums up)
@@ -46,7 +47,7 @@ class Applier:
         outcome = apply_batch(batch, node.parser, core.acc, now_us)
         if outcome.caught_up:
             self.caught_up = True
-        core.recent.add_all(outcome.records)
+        core.recent.add_all(outcome.records, since_us=now_us - StatusView.window_us)
         _say(node, outcome, now_us)
         if batch.position:
             node.position = batch.position
@@ -66,7 +67,7 @@ class Applier:
         for node in core.nodes.values():
             outcome = flush(node.parser, core.acc, now_us)
             if outcome.records:
-                core.recent.add_all(outcome.records)
+                core.recent.add_all(outcome.records, since_us=now_us - StatusView.window_us)
                 if outcome.aborted:
                     _say_events(node, outcome)
         core.acc.advance(now_us)

@@ -55,6 +55,18 @@ def test_recent_keeps_the_last_size_intervals_of_each_known_node_in_order() -> N
     assert recent.copy()["a"] == (a[3], a[4], iv("a", T0 + 10, T0 + 11))
 
 
+def test_recent_keeps_no_interval_that_ended_before_since() -> None:
+    """A backlog's intervals older than the pages' window are not kept: they would push the
+    newest out of the ring, and the next copy would drop them (the end is what counts)."""
+    recent = Recent(["a"], size=3)
+    newest = [iv("a", T0 - 5, T0), iv("a", T0 + 1, T0 + 2)]
+    recent.add_all([*newest, iv("a", T0 - 9, T0 - 1)], since_us=T0)
+    recent.add_all([iv("a", T0 - 3, T0 - 2) for _ in range(5)], since_us=T0)
+    assert recent.copy() == {"a": tuple(newest)}
+    recent.add_all([iv("a", T0 - 3, T0 - 2)])  # (no since: every interval)
+    assert recent.copy()["a"][-1] == iv("a", T0 - 3, T0 - 2)
+
+
 def test_recent_keep_adds_new_nodes_drops_removed_and_keeps_the_rest() -> None:
     recent = Recent(["a", "b"], size=4)
     kept = [iv("a", T0, T0 + 1), iv("a", T0 + 2, T0 + 3)]

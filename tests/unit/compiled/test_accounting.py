@@ -685,27 +685,44 @@ recent_records = st.lists(
 )
 
 
+# (None: every interval kept; past 64 bits, the compiled side compares as Python does)
+recent_since = st.one_of(st.none(), st.integers(8, 22), st.sampled_from((-(2**70), 2**70)))
+
+
 @settings(max_examples=examples(300), deadline=None)
-@given(st.lists(recent_records, max_size=5), st.integers(1, 6))
+@given(st.lists(recent_records, max_size=5), st.integers(1, 6), recent_since)
 def test_the_compiled_rings_keep_what_the_reference_keeps(
-    batches: list[list[Record]], size: int
+    batches: list[list[Record]], size: int, since: int | None
 ) -> None:
     compiled, reference = Recent(NODES, size), Recent(NODES, size)
     for batch in batches:
-        compiled.add_all(batch)
-        reference.add_all_reference(batch)
+        compiled.add_all(batch, since)
+        reference.add_all_reference(batch, since)
         assert compiled.rings == reference.rings
         assert all(ring.maxlen == size for ring in compiled.rings.values())
+
+
+def test_the_compiled_rings_compare_an_end_past_64_bits_as_python_does() -> None:
+    huge, since = Interval("a", 0, 2**70, 1), 2**64
+    rings: dict[str, object] = {"a": deque()}
+    _accounting.keep_recent(rings, [Interval("a", 0, 5, 1), huge], Interval, "lost", since)
+    assert rings == {"a": deque([huge])}
+    with pytest.raises(TypeError):  # (an end that is no number: as the reference raises)
+        _accounting.keep_recent(rings, [Interval("a", 0, "x", 1)], Interval, "lost", 3)  # type: ignore[arg-type]
 
 
 def test_the_compiled_rings_refuse_arguments_of_other_types() -> None:
     rings: dict[str, object] = {"a": deque()}
     with pytest.raises(TypeError):
-        _accounting.keep_recent(rings, iter([]), Interval, "lost")  # type: ignore[arg-type]
+        _accounting.keep_recent(rings, iter([]), Interval, "lost", None)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        _accounting.keep_recent([], [], Interval, "lost")  # type: ignore[arg-type]
+        _accounting.keep_recent([], [], Interval, "lost", None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _accounting.keep_recent(rings, [], Interval, "lost", 1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _accounting.keep_recent(rings, [], Interval, "lost")  # type: ignore[call-arg]
     with pytest.raises(AttributeError):  # (a ring without an append)
-        _accounting.keep_recent({"a": 1}, [Interval("a", 0, 1, 1)], Interval, "lost")
+        _accounting.keep_recent({"a": 1}, [Interval("a", 0, 1, 1)], Interval, "lost", None)
     assert rings == {"a": deque()}
 
 

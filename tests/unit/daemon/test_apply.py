@@ -17,6 +17,7 @@ from exporter.config.schema import Config
 from exporter.daemon.apply import ERRORS_LOGGED, Applier
 from exporter.daemon.core import Core
 from exporter.sources.file import FileNode
+from exporter.web.fleet import StatusView
 
 T0 = 1_790_000_000_000_000  # a journal time, microseconds
 TOTAL = "slot print_timing: id  0 | task {task} |       total time =    500.00 ms / 9 tokens"
@@ -49,6 +50,18 @@ def test_a_batch_counts_and_leaves_its_position_of_the_running_kind(tmp_path: Pa
     applier.apply(Batch("n0", up=True), T0)  # (no position: the last one stays)
     assert node.position == "1:2:3"
     assert [iv.task for iv in core.recent.copy()["n0"]] == [1]
+
+
+def test_the_rings_keep_only_what_the_pages_hour_shows(tmp_path: Path) -> None:
+    """A backlog's requests that ended before the status page's hour are counted, not kept for
+    the page; those that end within it are."""
+    core, applier = running(tmp_path, "n0")
+    hour_ago = T0 - StatusView.window_us  # (applied at T0)
+    old = tuple(LogLine("n0", hour_ago - 1, "", 7, TOTAL.format(task=t)) for t in (1, 2))
+    new = LogLine("n0", hour_ago + 500_000, "", 7, TOTAL.format(task=3))
+    applier.apply(Batch("n0", (*old, new), 3, new.time_us), T0)
+    assert sum(c.requests for c in core.acc.nodes["n0"].kinds.values()) == 3
+    assert [iv.task for iv in core.recent.rings["n0"]] == [3]
 
 
 def test_the_batch_saying_a_source_ended_is_told_when_applied(tmp_path: Path) -> None:
