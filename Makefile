@@ -28,7 +28,7 @@ deps:
 
 # The compiled fast paths are built here when a C compiler is present (pure Python otherwise).
 $(BASE): pyproject.toml setup.py exporter/compiled/_speedups.c exporter/compiled/_accounting.c \
-	$(wildcard exporter/compiled/speedups/*.c)
+	$(wildcard exporter/compiled/speedups/*.c) $(wildcard exporter/compiled/accounting/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .

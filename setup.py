@@ -12,8 +12,11 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
-# the parts _speedups.c includes (one translation unit): a change to one builds it again
-PARTS = {"_speedups": sorted(str(p) for p in Path("exporter/compiled/speedups").glob("*.c"))}
+# the parts each module's file includes (one translation unit): a change to one builds it again
+PARTS = {
+    name: sorted(str(p) for p in Path(f"exporter/compiled/{folder}").glob("*.c"))
+    for name, folder in (("_speedups", "speedups"), ("_accounting", "accounting"))
+}
 
 setup(
     ext_modules=[
