@@ -144,8 +144,10 @@ def _encoded(value: Any, levels: int, at: tuple[str, ...], old: Kept, new: Kept)
             yield _dumps(value)
             return
         last = old.get(at)
-        same = last is not None and type(last[0]) is type(value) and last[0] == value
-        text = last[1] if same and last is not None else _dumps(value)
+        if last is not None and type(last[0]) is type(value) and last[0] == value:
+            text = last[1]
+        else:
+            text = _dumps(value)
         new[at] = (value, text)
         yield text
         return

@@ -98,3 +98,6 @@ def load(name: str, layouts: Layouts) -> ModuleType | None:
 
 speedups = load("_speedups", layouts_of_speedups())
 accounting = load("_accounting", layouts_of_accounting())
+# The sequences of lines taken as they are (no copy): a tuple, or the line layer's compiled
+# Lines (whose LogLines are made only when asked for)
+WHOLE_LINES: tuple[type, ...] = (tuple,) if speedups is None else (tuple, speedups.Lines)

@@ -38,7 +38,7 @@ from exporter.base.records import (
     Record,
 )
 from exporter.base.times import MAX_TIME_US, MIN_TIME_US, SECOND
-from exporter.compiled.switch import speedups
+from exporter.compiled.switch import WHOLE_LINES, speedups
 from exporter.parse import extras
 from exporter.parse.context import NO_BLOCK, Block, ServerContext
 from exporter.parse.contract import FEED_TYPES
@@ -99,9 +99,6 @@ _STARTED, _LOST, _ABORTED = EventKind.STARTED, EventKind.LOST, EventKind.ABORTED
 _new = tuple.__new__
 _fast_tokenize = None if speedups is None else speedups.tokenize
 _fast_feed = None if speedups is None else speedups.feed
-# What feed_all takes as it is: a tuple, or the line layer's Lines (compiled `feed` reads its
-# common lines from their bytes, never making their LogLines).
-_SEQUENCES: tuple[type, ...] = (tuple,) if speedups is None else (tuple, speedups.Lines)
 
 
 @dataclass(slots=True)
@@ -160,7 +157,8 @@ class Parser:
         Where the compiled module is built, its `feed` runs this same state machine over the
         common era C/D lines of the running server and leaves every other line (and every line
         while a stop waits for its timing block) to the Python loop, `_feed`."""
-        todo = cast(Sequence[LogLine], lines) if type(lines) in _SEQUENCES else tuple(lines)
+        # (a Lines as it is: the compiled `feed` reads its common lines from their bytes)
+        todo = cast(Sequence[LogLine], lines) if type(lines) in WHOLE_LINES else tuple(lines)
         out: list[Record] = []
         self._feed_fast(todo, out)
         self._remember_totals(out)

@@ -25,7 +25,7 @@ from itertools import chain
 from typing import TYPE_CHECKING
 
 from exporter.base.records import Batch, LogLine
-from exporter.compiled.switch import speedups
+from exporter.compiled.switch import WHOLE_LINES, speedups
 from exporter.parse.tokens import KEYWORDS as PARSER_KEYWORDS
 from exporter.sources.entries import EntryDecoder, EntryError
 
@@ -84,14 +84,10 @@ def _scan(data: bytes | bytearray | memoryview, node: str, since_us: int, max_li
     return lines, data.count(b"\n"), len(lines)
 
 
-# A part that is one sequence already, handed on as it is (a chunk's one Lines, not copied)
-_WHOLE = (tuple,) if speedups is None else (tuple, speedups.Lines)
-
-
 def join(parts: Sequence[Sequence[LogLine]]) -> Sequence[LogLine]:
     """The lines of `parts`, in order, as one sequence: compiled, one `Lines` (whose LogLines
     are made only when asked for; the parser reads the common ones straight from the bytes)."""
-    if len(parts) == 1 and type(parts[0]) in _WHOLE:
+    if len(parts) == 1 and type(parts[0]) in WHOLE_LINES:  # (a chunk's one Lines: not copied)
         return parts[0]
     if speedups is not None:
         joined: Sequence[LogLine] = speedups.join(parts)
