@@ -8,7 +8,11 @@ import os
 import pwd
 import sys
 
-from exporter import cli, daemon  # noqa: F401 (imported before a fork drops to nobody
+# imported before a fork drops to nobody, who may not read the checkout (a clone in a 0700
+# directory, as `mktemp -d` makes): the CLI, and the commands it imports only when they run
+from exporter import cli
+from exporter.commands import check_config, run  # noqa: F401
+from exporter.daemon import daemon  # noqa: F401
 
 from support.tools import missing
 
